@@ -1,0 +1,56 @@
+"""dagster_incremental: incremental loading for Dagster assets whose data runs on Spark.
+
+Public names are imported lazily, so `from dagster_incremental import incremental` (the pure
+cursor engine) loads neither Dagster nor Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # cursor engine (pure Python)
+    "incremental": "dagster_incremental.incremental",
+    "Incremental": "dagster_incremental.incremental",
+    "IncrementalRun": "dagster_incremental.incremental",
+    # config.toml
+    "load_config": "dagster_incremental.config",
+    "ProjectConfig": "dagster_incremental.config",
+    # assets, IO manager, sensors (Dagster + Spark)
+    "incremental_asset": "dagster_incremental.asset",
+    "SparkTableIOManager": "dagster_incremental.io_manager",
+    "build_incremental_sensor": "dagster_incremental.sensors",
+    # errors
+    "IncrementalError": "dagster_incremental.errors",
+    "IncrementalConfigError": "dagster_incremental.errors",
+    "CursorPathMissing": "dagster_incremental.errors",
+    "CursorValueNone": "dagster_incremental.errors",
+    "CursorTypeError": "dagster_incremental.errors",
+    "PrimaryKeyMissing": "dagster_incremental.errors",
+    "CursorStateMismatch": "dagster_incremental.errors",
+    "DataShapeError": "dagster_incremental.errors",
+    "ConcurrentRunError": "dagster_incremental.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dagster_incremental' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs only
+    from dagster_incremental.errors import *  # noqa: F403
+    from dagster_incremental.incremental import Incremental, IncrementalRun, incremental

@@ -1,0 +1,77 @@
+"""What the table writer is told: the asset's static write settings and one run's batch.
+
+These plain dataclasses are the seam between the Dagster side (asset factory, IO manager) and the
+Spark side (table writer, merge strategies): neither imports the other's world to talk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Disposition = Literal["append", "replace", "merge"]
+MergeStrategy = Literal["delete-insert", "upsert", "scd2"]
+TableFormat = Literal["iceberg", "delta"]
+
+STATE_PROPERTY = "dagster_incremental.state"
+RUN_ID_PROPERTY = "dagster_incremental.run_id"
+SCOPE_PROPERTY = "dagster_incremental.scope"
+
+
+@dataclass(frozen=True)
+class Scd2Options:
+    """dlt's scd2 options, with our column defaults."""
+
+    validity_column_names: tuple[str, str] = ("_valid_from", "_valid_to")
+    active_record_timestamp: Any = None  # None: NULL valid_to marks the active version
+    boundary_timestamp: Any = None  # None: the run's start time
+    row_version_column_name: str | None = None  # None: we compute `_row_hash`
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """How one asset's table is written; static for the asset (decorator < config.toml)."""
+
+    table: str  # fully qualified and already quoted per part: `lake`.`ns`.`orders`
+    disposition: Disposition = "append"
+    strategy: MergeStrategy | None = None  # only with disposition == "merge"
+    primary_key: tuple[str, ...] = ()
+    merge_key: tuple[str, ...] = ()
+    hard_delete_column: str | None = None
+    dedup_sort: tuple[str, Literal["asc", "desc"]] | None = None
+    cursor_column: str | None = None  # newest cursor wins in dedup when no dedup_sort
+    partition_by: tuple[str, ...] = ()
+    scd2: Scd2Options = field(default_factory=Scd2Options)
+    table_format: TableFormat = "iceberg"
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WindowReplace:
+    """Replace exactly the rows of `column` in [start, end) (partitioned runs, backfills)."""
+
+    column: str
+    start: Any  # a python datetime/date/number literal; never SQL text
+    end: Any
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What rides along in the table commit, so data and cursor land atomically."""
+
+    state: Mapping[str, Any] | None  # cursor state after the run (None: leave no cursor)
+    run_id: str | None = None
+    scope: str | None = None  # e.g. a partition key: cursors are per scope
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one commit did, read back from the table's snapshot summary."""
+
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    row_count: int  # rows in the table after the commit
+    snapshot_id: int | None
+    schema: tuple[tuple[str, str], ...]  # (column, spark type) of the table after the commit

@@ -1,0 +1,48 @@
+"""Shared fixtures: one Spark session per test session (starting one costs seconds)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+# Keep Spark on loopback: no UI, no binding to the machine's public interface.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+
+TEST_CATALOG = "lake"
+
+
+@pytest.fixture(scope="session")
+def spark_warehouse():
+    """A throw-away Iceberg warehouse folder for the whole test session."""
+    path = tempfile.mkdtemp(prefix="di_warehouse_")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_warehouse):
+    """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`."""
+    from dagster_incremental.spark_session import build_spark_session, spark_conf
+
+    conf = spark_conf(
+        master="local[2]",
+        app_name="dagster-incremental-tests",
+        catalog=TEST_CATALOG,
+        warehouse=spark_warehouse,
+        conf={
+            "spark.ui.enabled": "false",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    session = build_spark_session(conf)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
