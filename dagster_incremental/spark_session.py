@@ -60,7 +60,13 @@ def spark_conf(
         "spark.sql.session.timeZone": "UTC",
         # Small batches dominate incremental runs: 200 shuffle partitions is pure overhead.
         "spark.sql.shuffle.partitions": "8",
+        # pandas/Arrow <-> Spark conversions go through Arrow, not row by row.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
+    if master.startswith("local"):
+        # An embedded session talks to nobody: keep the driver on loopback.
+        out["spark.driver.host"] = "127.0.0.1"
+        out["spark.driver.bindAddress"] = "127.0.0.1"
     user = {k: str(v) for k, v in (conf or {}).items()}
     if table_format == "iceberg":
         if "spark.jars" not in user and "spark.jars.packages" not in user:

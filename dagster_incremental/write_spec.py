@@ -75,3 +75,20 @@ class WriteResult:
     row_count: int  # rows in the table after the commit
     snapshot_id: int | None
     schema: tuple[tuple[str, str], ...]  # (column, spark type) of the table after the commit
+
+
+@dataclass(frozen=True)
+class IncrementalBatch:
+    """What an incremental asset hands its IO manager: the kept rows and the cursor to commit.
+
+    The asset body filters and stages; the IO manager writes `data` and `commit` in one table
+    commit. `data` is a pyspark DataFrame (None when the run kept no rows and has no schema).
+    """
+
+    spec: WriteSpec
+    data: Any
+    commit: CommitInfo
+    mode: Literal["incremental", "backfill"] = "incremental"
+    window: WindowReplace | None = None  # replace exactly this window (partition runs, backfills)
+    full_refresh: bool = False
+    run_started_at: Any = None  # datetime; scd2's default boundary

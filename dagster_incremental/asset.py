@@ -1,0 +1,640 @@
+"""@incremental_asset: a resource function becomes a Dagster asset with a cursor.
+
+The flow of one run (DESIGN.md): resolve settings (decorator < config.toml < environment < run
+config), resolve the cursor (Dagster metadata reconciled with the table commit), bind the spec
+(a partition window or an end_value makes it a stateless backfill), call the function, filter
+what it yields, stage it as a Spark DataFrame, and hand it to the IO manager, which writes data
+and cursor in one commit. Settings are resolved once, when the code location loads, so a typo in
+config.toml fails `dagster dev` at once rather than the first run.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental import metadata as md
+from dagster_incremental.errors import IncrementalConfigError, IncrementalError
+from dagster_incremental.incremental import Incremental, incremental
+from dagster_incremental.sql import qualified
+from dagster_incremental.staging import stage_batches
+from dagster_incremental.state_store import StoredState, latest_dagster_state, reconcile
+from dagster_incremental.write_spec import (
+    CommitInfo,
+    IncrementalBatch,
+    Scd2Options,
+    WindowReplace,
+    WriteSpec,
+)
+
+DISPOSITIONS = ("append", "replace", "merge")
+STRATEGIES = ("delete-insert", "upsert", "scd2")
+SCD2_OPTIONS = (
+    "validity_column_names",
+    "active_record_timestamp",
+    "boundary_timestamp",
+    "row_version_column_name",
+)
+PARTITION_SCHEDULES = {
+    "hourly": dg.HourlyPartitionsDefinition,
+    "daily": dg.DailyPartitionsDefinition,
+    "weekly": dg.WeeklyPartitionsDefinition,
+    "monthly": dg.MonthlyPartitionsDefinition,
+}
+
+
+class IncrementalRunConfig(dg.Config):
+    """Per-run choices (Launchpad, `--config-json`, a sensor's RunRequest).
+
+    Leave everything empty for a normal incremental run.
+    """
+
+    initial_value: str | None = None  # with end_value: the start of a stateless backfill
+    end_value: str | None = None  # a stateless backfill of [initial_value, end_value)
+    full_refresh: bool = False  # reset the cursor to initial_value and replace the table
+
+
+@dataclass(frozen=True)
+class AssetSettings:
+    """Everything resolved for one asset when the code location loads."""
+
+    name: str
+    key_prefix: tuple[str, ...]
+    group_name: str | None
+    description: str | None
+    primary_key: tuple[str, ...]
+    merge_key: tuple[str, ...]
+    disposition: str
+    strategy: str | None
+    scd2: Scd2Options
+    hard_delete_column: str | None
+    dedup_sort: tuple[str, str] | None
+    partition_by: tuple[str, ...]
+    partitions_def: dg.PartitionsDefinition | None
+    pool: str | None
+    cursors: Mapping[str, Incremental]  # parameter name -> spec
+    table: str
+    config_location: str
+
+    @property
+    def window_column(self) -> str | None:
+        """The column a window replace acts on: the first cursor's, when it is a plain column."""
+        for spec in self.cursors.values():
+            path = spec.cursor_path
+            if path and not any(c in path for c in ".$["):
+                return path
+        return None
+
+    def write_settings(self) -> dict[str, Any]:
+        return {
+            "disposition": self.disposition,
+            "strategy": self.strategy,
+            "primary_key": list(self.primary_key),
+            "merge_key": list(self.merge_key),
+            "hard_delete_column": self.hard_delete_column,
+            "dedup_sort": list(self.dedup_sort) if self.dedup_sort else None,
+            "cursor_column": self.window_column,
+            "partition_by": list(self.partition_by),
+            "scd2": {
+                "validity_column_names": list(self.scd2.validity_column_names),
+                "active_record_timestamp": md.json_safe(self.scd2.active_record_timestamp),
+                "boundary_timestamp": md.json_safe(self.scd2.boundary_timestamp),
+                "row_version_column_name": self.scd2.row_version_column_name,
+            },
+        }
+
+
+def incremental_asset(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    merge_key: str | Sequence[str] | None = None,
+    write_disposition: str | Mapping[str, Any] = "append",
+    columns: Mapping[str, Mapping[str, Any]] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_by: str | Sequence[str] | None = None,
+    config_path: str | None = None,
+    io_manager_key: str = "io_manager",
+    **asset_kwargs: Any,
+):
+    """Declare a resource function as an incremental Dagster asset.
+
+    The parameter annotated `Incremental` receives the bound cursor run; its spec comes from
+    config.toml (`[assets.<name>.<parameter>]`), else from a default in the signature
+    (`updated_at: Incremental = incremental("updated_at")`). The function may yield dict rows or
+    pages, or return/yield pyarrow Tables, pandas DataFrames or a pyspark DataFrame.
+
+    Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
+
+    Examples:
+        .. code-block:: python
+
+            @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"})
+            def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+                yield from fetch_orders(since=updated_at.start_value, until=updated_at.end_value)
+
+            defs = dg.Definitions(
+                assets=[orders],
+                resources={"io_manager": SparkTableIOManager.from_config()},
+            )
+    """
+
+    def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
+        settings = resolve_settings(
+            func,
+            name=name,
+            key_prefix=key_prefix,
+            group_name=group_name,
+            description=description,
+            primary_key=primary_key,
+            merge_key=merge_key,
+            write_disposition=write_disposition,
+            columns=columns,
+            partitions_def=partitions_def,
+            partition_by=partition_by,
+            config_path=config_path,
+        )
+        return _build_asset(func, settings, io_manager_key, asset_kwargs)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **decorator: Any) -> AssetSettings:
+    """Decorator arguments < config.toml < environment (the config loader applies env)."""
+    from dagster_incremental.config import load_config
+
+    cfg = load_config(config_path)
+    asset_name = decorator.get("name") or func.__name__
+    asset_cfg = cfg.asset(asset_name)
+    given = dict(asset_cfg.overrides)
+    where = lambda key=None, arg=None: cfg.where(asset_name, arg, key)  # noqa: E731
+
+    def pick(key: str, default: Any = None) -> Any:
+        return given[key] if key in given else decorator.get(key, default)
+
+    primary = _names(pick("primary_key"), where("primary_key"))
+    merge = _names(pick("merge_key"), where("merge_key"))
+    disposition, strategy, scd2 = _parse_disposition(
+        pick("write_disposition", "append"), where("write_disposition")
+    )
+    hard_delete, dedup_sort = _parse_column_hints(pick("columns") or {}, where("columns"))
+    if disposition == "merge" and strategy == "upsert" and not primary:
+        raise IncrementalConfigError(
+            f"asset {asset_name!r}: the upsert strategy needs a primary key; add "
+            f"primary_key=[...] to @incremental_asset or `primary_key = [...]` in {where('primary_key')}"
+        )
+    parts_def = decorator.get("partitions_def")
+    if "partitions" in given:
+        parts_def = _partitions_from_config(given["partitions"], where("partitions"))
+    if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
+        raise IncrementalConfigError(
+            f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
+            f"(time windows drive backfills), got {type(parts_def).__name__}"
+        )
+    prefix = pick("key_prefix")
+    prefix_parts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
+    cursors = _resolve_cursors(func, asset_name, asset_cfg.incrementals, cfg)
+    table = qualified(cfg.destination.catalog, cfg.destination.namespace, "__".join((*prefix_parts, asset_name)))
+    return AssetSettings(
+        name=asset_name,
+        key_prefix=prefix_parts,
+        group_name=pick("group_name"),
+        description=pick("description") or inspect.getdoc(func),
+        primary_key=primary,
+        merge_key=merge,
+        disposition=disposition,
+        strategy=strategy,
+        scd2=scd2,
+        hard_delete_column=hard_delete,
+        dedup_sort=dedup_sort,
+        partition_by=_names(pick("partition_by"), where("partition_by")),
+        partitions_def=parts_def,
+        pool=given.get("concurrency_pool"),
+        cursors=cursors,
+        table=table,
+        config_location=str(cfg.path) if cfg.path else "(no config file)",
+    )
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise IncrementalConfigError(f"{where}: expected a column name or a list of column names, got {value!r}")
+
+
+def _parse_disposition(value: Any, where: str) -> tuple[str, str | None, Scd2Options]:
+    if isinstance(value, str):
+        value = {"disposition": value}
+    if not isinstance(value, Mapping):
+        raise IncrementalConfigError(
+            f'{where}: write_disposition must be "append", "replace", "merge" or a table like '
+            f'{{disposition = "merge", strategy = "upsert"}}, got {value!r}'
+        )
+    options = dict(value)
+    disposition = options.pop("disposition", "append")
+    if disposition not in DISPOSITIONS:
+        raise IncrementalConfigError(
+            f"{where}: disposition {disposition!r} is not allowed; use one of {', '.join(map(repr, DISPOSITIONS))}"
+        )
+    strategy = options.pop("strategy", None)
+    if disposition != "merge":
+        if strategy is not None or options:
+            raise IncrementalConfigError(
+                f"{where}: {sorted(['strategy'] * (strategy is not None) + list(options))} only apply to "
+                f'disposition = "merge"'
+            )
+        return disposition, None, Scd2Options()
+    strategy = strategy or "delete-insert"
+    if strategy not in STRATEGIES:
+        raise IncrementalConfigError(
+            f"{where}: strategy {strategy!r} is not allowed; use one of {', '.join(map(repr, STRATEGIES))}"
+        )
+    unknown = set(options) - set(SCD2_OPTIONS)
+    if unknown:
+        raise IncrementalConfigError(f"{where}: unknown write_disposition keys {sorted(unknown)}; allowed: {list(SCD2_OPTIONS)}")
+    if options and strategy != "scd2":
+        raise IncrementalConfigError(f'{where}: {sorted(options)} only apply to strategy = "scd2"')
+    if "validity_column_names" in options:
+        names = options["validity_column_names"]
+        if not (isinstance(names, Sequence) and not isinstance(names, str) and len(names) == 2):
+            raise IncrementalConfigError(f"{where}: validity_column_names must be two column names, got {names!r}")
+        options["validity_column_names"] = tuple(names)
+    return disposition, strategy, Scd2Options(**options)
+
+
+def _parse_column_hints(columns: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, str] | None]:
+    hard_delete: str | None = None
+    dedup_sort: tuple[str, str] | None = None
+    for column, hints in columns.items():
+        if not isinstance(hints, Mapping):
+            raise IncrementalConfigError(f"{where}.{column}: expected a table of hints, got {hints!r}")
+        unknown = set(hints) - {"hard_delete", "dedup_sort"}
+        if unknown:
+            raise IncrementalConfigError(f"{where}.{column}: unknown hints {sorted(unknown)}; allowed: hard_delete, dedup_sort")
+        if hints.get("hard_delete"):
+            if hard_delete is not None:
+                raise IncrementalConfigError(f"{where}: only one hard_delete column is allowed ({hard_delete!r}, {column!r})")
+            hard_delete = column
+        if "dedup_sort" in hints:
+            order = hints["dedup_sort"]
+            if order not in ("asc", "desc"):
+                raise IncrementalConfigError(f'{where}.{column}: dedup_sort must be "asc" or "desc", got {order!r}')
+            if dedup_sort is not None:
+                raise IncrementalConfigError(f"{where}: only one dedup_sort column is allowed")
+            dedup_sort = (column, order)
+    return hard_delete, dedup_sort
+
+
+def _partitions_from_config(value: Mapping[str, Any], where: str) -> dg.TimeWindowPartitionsDefinition:
+    schedule = value.get("schedule", "daily")
+    cls = PARTITION_SCHEDULES.get(schedule)
+    if cls is None:
+        raise IncrementalConfigError(f"{where}: schedule {schedule!r} is not one of {sorted(PARTITION_SCHEDULES)}")
+    start = value.get("start")
+    if start is None:
+        raise IncrementalConfigError(f"{where}: partitions need a start, e.g. start = 2024-01-01")
+    if hasattr(start, "isoformat"):
+        start = start.isoformat()
+    return cls(start_date=str(start), end_offset=int(value.get("end_offset", 0)), timezone=value.get("timezone", "UTC"))
+
+
+def _is_incremental_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
+    if annotation is Incremental:
+        return True
+    if isinstance(annotation, str):
+        return annotation.split(".")[-1] in ("Incremental", "Incremental | None", "Optional[Incremental]")
+    return isinstance(param.default, Incremental)
+
+
+def _resolve_cursors(func, asset_name: str, from_config: Mapping[str, Mapping[str, Any]], cfg) -> dict[str, Incremental]:
+    signature = inspect.signature(func)
+    params = list(signature.parameters.values())
+    cursors: dict[str, Incremental] = {}
+    for index, param in enumerate(params):
+        if _is_incremental_param(param):
+            cursors[param.name] = _cursor_spec(asset_name, param, from_config.get(param.name, {}), cfg)
+        elif index == 0 and param.name in ("context", "ctx"):
+            continue
+        elif param.default is inspect.Parameter.empty:
+            raise IncrementalConfigError(
+                f"asset {asset_name!r}: parameter {param.name!r} of {func.__name__}() is neither the "
+                "context (first parameter) nor annotated `Incremental`; give it a default or remove it"
+            )
+    unknown = set(from_config) - set(cursors)
+    if unknown:
+        arg = sorted(unknown)[0]
+        raise IncrementalConfigError(
+            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental` "
+            f"(it has: {', '.join(cursors) or 'none'})"
+        )
+    return cursors
+
+
+def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> Incremental:
+    default = param.default if isinstance(param.default, Incremental) else None
+    location = cfg.where(asset_name, param.name)
+    try:
+        if default is not None:
+            return default.replace(**given) if given else default
+        if "cursor_path" not in given:
+            raise IncrementalConfigError(
+                f"asset {asset_name!r}: parameter {param.name!r} has no cursor spec; add `cursor_path = \"...\"` "
+                f"under {location} or give it a default: {param.name}: Incremental = incremental(\"...\")"
+            )
+        args = dict(given)
+        return incremental(args.pop("cursor_path"), **args)
+    except IncrementalConfigError as exc:
+        if str(exc).startswith(str(location).split(":")[0]):
+            raise
+        raise IncrementalConfigError(f"{location}: {exc}") from exc
+
+
+# -- the Dagster asset ----------------------------------------------------------------------------
+
+
+def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
+    cursors = {
+        name: {
+            "cursor_path": spec.cursor_path,
+            "initial_value": md.json_safe(spec.initial_value),
+            "end_value": md.json_safe(spec.end_value),
+            "last_value_func": spec.last_value_func if isinstance(spec.last_value_func, str) else "custom",
+        }
+        for name, spec in settings.cursors.items()
+    }
+    out: dict[str, Any] = {
+        md.TABLE_NAME: dg.MetadataValue.text(settings.table.replace("`", "")),
+        md.DEF_WRITE_DISPOSITION: dg.MetadataValue.text(
+            settings.disposition + (f" ({settings.strategy})" if settings.strategy else "")
+        ),
+        md.DEF_PRIMARY_KEY: dg.MetadataValue.json(list(settings.primary_key)),
+        md.DEF_CURSORS: dg.MetadataValue.json(cursors),
+        md.DEF_WRITE_SETTINGS: dg.MetadataValue.json(settings.write_settings()),
+    }
+    if settings.merge_key:
+        out[md.DEF_MERGE_KEY] = dg.MetadataValue.json(list(settings.merge_key))
+    if settings.window_column:
+        out[md.DEF_WINDOW_COLUMN] = dg.MetadataValue.text(settings.window_column)
+    return out
+
+
+def _description(settings: AssetSettings) -> str:
+    lines = [settings.description.strip()] if settings.description else []
+    cursor_text = ", ".join(
+        f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}" for spec in settings.cursors.values()
+    )
+    write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
+    keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
+    lines.append(
+        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.replace('`', '')}."
+    )
+    return "\n\n".join(lines)
+
+
+def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwargs: Mapping[str, Any]) -> dg.AssetsDefinition:
+    runner = _Runner(func, settings, io_manager_key)
+    kwargs = dict(asset_kwargs)
+    if settings.partitions_def is not None:
+        kwargs.setdefault("backfill_policy", dg.BackfillPolicy.single_run())
+    if settings.pool:
+        kwargs.setdefault("pool", settings.pool)
+    kwargs.setdefault("kinds", {"spark", "iceberg"})
+
+    def compute(context: dg.AssetExecutionContext, config: IncrementalRunConfig):
+        return runner.run(context, config)
+
+    compute.__name__ = settings.name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # backfill_policy on @asset is a beta parameter
+        return dg.asset(
+            compute,
+            name=settings.name,
+            key_prefix=list(settings.key_prefix) or None,
+            group_name=settings.group_name,
+            description=_description(settings),
+            partitions_def=settings.partitions_def,
+            io_manager_key=io_manager_key,
+            required_resource_keys={io_manager_key},
+            metadata=_definition_metadata(settings),
+            **kwargs,
+        )
+
+
+@dataclass
+class _Plan:
+    """How this run binds its cursors and writes (derived from partitions and run config)."""
+
+    mode: str  # "incremental" | "backfill"
+    scope: str | None = None  # partition key whose cursor this run advances
+    window: tuple[Any, Any] | None = None
+    window_replace: bool = False
+    full_refresh: bool = False
+    stateless: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
+
+
+class _Runner:
+    """Executes one materialization of an incremental asset."""
+
+    def __init__(self, func, settings: AssetSettings, io_manager_key: str):
+        self.func = func
+        self.settings = settings
+        self.io_manager_key = io_manager_key
+        self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
+
+    def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
+        started = datetime.now(timezone.utc)
+        io = getattr(context.resources, self.io_manager_key)
+        plan = self._plan(context, config)
+        stored = self._stored_states(context, io, plan)
+        runs = self._bind(context, plan, stored)
+        spec = self._write_spec(io, context.asset_key, plan)
+        try:
+            output = self._call(context, runs)
+            frame = stage_batches(io.spark, output, runs, self.settings, spec)
+        except IncrementalError as exc:
+            raise dg.Failure(
+                description=f"asset {context.asset_key.to_user_string()}: {exc}",
+                allow_retries=False,
+            ) from exc
+        state = self._state_after(runs, plan, stored)
+        window = self._window(runs, plan)
+        batch = IncrementalBatch(
+            spec=spec,
+            data=frame,
+            commit=CommitInfo(
+                state=state if plan.mode == "incremental" else None,
+                run_id=context.run_id,
+                scope=plan.scope,
+            ),
+            mode=plan.mode,
+            window=self._window_replace(plan),
+            full_refresh=plan.full_refresh,
+            run_started_at=started,
+        )
+        run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
+        if context.has_partition_key or context.has_partition_key_range:
+            for key in context.partition_keys:
+                kept = state if key == plan.scope else self._unchanged_state(stored, key)
+                context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept)}, partition_key=key)
+            return dg.Output(batch)
+        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)})
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def _plan(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig) -> _Plan:
+        partitioned = context.has_partition_key or context.has_partition_key_range
+        if partitioned:
+            if config.end_value or config.initial_value:
+                raise dg.Failure(
+                    "initial_value/end_value run config is for unpartitioned assets; "
+                    "launch a backfill of partitions instead"
+                )
+            tw = context.partition_time_window
+            keys = context.partition_keys
+            is_open = len(keys) == 1 and tw.end > datetime.now(timezone.utc) and not config.full_refresh
+            if is_open:
+                return _Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end))
+            return _Plan(mode="backfill", window=(tw.start, tw.end), window_replace=True, stateless=True)
+        if config.full_refresh:
+            return _Plan(mode="incremental", full_refresh=True)
+        if config.end_value is not None:
+            overrides = {"end_value": config.end_value}
+            if config.initial_value is not None:
+                overrides["initial_value"] = config.initial_value
+            return _Plan(mode="backfill", window_replace=True, stateless=True, overrides=overrides)
+        if config.initial_value is not None:
+            raise dg.Failure("initial_value in run config needs end_value too (a backfill of [initial_value, end_value))")
+        return _Plan(mode="incremental")
+
+    def _stored_states(self, context, io, plan: _Plan) -> dict[str | None, StoredState]:
+        """The cursor in force per scope (None = the asset's own cursor)."""
+        key = context.asset_key
+        if plan.full_refresh:
+            return {None: StoredState(state=None, source="none")}
+        scopes: list[str | None]
+        if context.has_partition_key or context.has_partition_key_range:
+            scopes = list(context.partition_keys)
+        else:
+            scopes = [None]
+        out: dict[str | None, StoredState] = {}
+        for scope in scopes:
+            dagster_state = latest_dagster_state(context.instance, key, partition=scope)
+            table_state = io.committed_state(key, scope=scope) if scope == plan.scope else None
+            out[scope] = reconcile(dagster_state, table_state)
+        chosen = out.get(plan.scope)
+        if chosen is not None and chosen.state is not None:
+            context.log.info(f"cursor state from {chosen.source}: {chosen.state.get('last_value')!r}")
+        return out
+
+    def _bind(self, context, plan: _Plan, stored: Mapping[str | None, StoredState]) -> dict[str, Any]:
+        state_in_force = stored.get(plan.scope).state if plan.scope in stored and stored.get(plan.scope) else None
+        runs = {}
+        for name, spec in self.settings.cursors.items():
+            if plan.overrides:
+                spec = spec.replace(**_typed_overrides(spec, plan.overrides))
+            cursor_state = _cursor_state(state_in_force, name, len(self.settings.cursors))
+            run = spec.bind(
+                None if plan.stateless else cursor_state,
+                window=plan.window,
+                stateless=plan.stateless,
+                inherited_primary_key=self.settings.primary_key or None,
+            )
+            context.log.info(
+                f"{name}: {plan.mode} run of {spec.cursor_path} from {run.start_value!r}"
+                + (f" to {run.end_value!r}" if run.end_value is not None else "")
+            )
+            runs[name] = run
+        return runs
+
+    def _write_spec(self, io, asset_key: dg.AssetKey, plan: _Plan) -> WriteSpec:
+        from dagster_incremental.io_manager import write_spec_from_settings
+
+        settings = self.settings.write_settings()
+        if plan.full_refresh:
+            settings.update(disposition="replace", strategy=None)
+        return write_spec_from_settings(io.table_name(asset_key), settings)
+
+    def _window_replace(self, plan: _Plan) -> WindowReplace | None:
+        if not plan.window_replace:
+            return None
+        column = self.settings.window_column
+        if column is None or self.settings.strategy == "scd2":
+            return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
+        if plan.window is not None:
+            start, end = plan.window
+        else:
+            run = next(iter(self._last_runs.values()))
+            start, end = run.start_value, run.end_value
+        return WindowReplace(column=column, start=start, end=end)
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def _call(self, context, runs: Mapping[str, Any]):
+        self._last_runs = runs
+        kwargs = dict(runs)
+        if self.takes_context:
+            return self.func(context, **kwargs)
+        return self.func(**kwargs)
+
+    def _state_after(self, runs: Mapping[str, Any], plan: _Plan, stored) -> Any:
+        if plan.mode == "backfill":
+            return self._unchanged_state(stored, plan.scope)
+        if len(runs) == 1:
+            return next(iter(runs.values())).state
+        return {name: run.state for name, run in runs.items()}
+
+    @staticmethod
+    def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
+        entry = stored.get(scope)
+        return entry.state if entry is not None and entry.state is not None else {"last_value": None}
+
+    @staticmethod
+    def _window(runs: Mapping[str, Any], plan: _Plan) -> list[Any]:
+        if plan.window is not None and plan.mode == "backfill":
+            return [plan.window[0], plan.window[1]]
+        run = next(iter(runs.values()), None)
+        if run is None:
+            return [None, None]
+        end = run.end_value if run.end_value is not None else run.last_value
+        return [run.start_value, end]
+
+
+def _cursor_state(state: Any, name: str, count: int) -> Any:
+    if state is None:
+        return None
+    if count == 1:
+        return state
+    return state.get(name) if isinstance(state, Mapping) else None
+
+
+def _typed_overrides(spec: Incremental, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Run config values arrive as text: give numbers back their type for numeric cursors."""
+    reference = spec.initial_value
+    out = {}
+    for key, value in overrides.items():
+        if isinstance(reference, (int, float)) and not isinstance(reference, bool) and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                value = float(value)
+        out[key] = value
+    return out

@@ -1,0 +1,56 @@
+"""Materialization metadata keys (API.md section 4) and how values are rendered.
+
+One place for the key names, so the asset, the IO manager, the state store and the sensor agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+STATE = "dagster_incremental/state"
+MODE = "dagster_incremental/mode"
+WINDOW = "dagster_incremental/window"
+ROWS_INSERTED = "dagster_incremental/rows_inserted"
+ROWS_UPDATED = "dagster_incremental/rows_updated"
+ROWS_DELETED = "dagster_incremental/rows_deleted"
+ROW_COUNT = "dagster/row_count"
+TABLE_NAME = "dagster/table_name"
+COLUMN_SCHEMA = "dagster/column_schema"
+
+# Definition metadata (static, shown on the asset's page in the UI).
+DEF_WRITE_DISPOSITION = "dagster_incremental/write_disposition"
+DEF_PRIMARY_KEY = "dagster_incremental/primary_key"
+DEF_MERGE_KEY = "dagster_incremental/merge_key"
+DEF_CURSORS = "dagster_incremental/cursors"
+DEF_WINDOW_COLUMN = "dagster_incremental/window_column"
+DEF_WRITE_SETTINGS = "dagster_incremental/write_settings"
+
+
+def json_safe(value: Any) -> Any:
+    """Dagster refuses datetimes inside JSON metadata: render them as ISO-8601 strings."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def json_value(value: Any):
+    """A JSON metadata value (dict/list) or, for scalars, the JSON text."""
+    import dagster as dg
+
+    safe = json_safe(value)
+    if isinstance(safe, (dict, list)):
+        return dg.MetadataValue.json(safe)
+    return dg.MetadataValue.text(json.dumps(safe))
+
+
+def table_schema(columns: Sequence[tuple[str, str]]):
+    """Dagster's standard column schema from (name, type) pairs."""
+    import dagster as dg
+
+    return dg.TableSchema(columns=[dg.TableColumn(name=n, type=t) for n, t in columns])

@@ -1,0 +1,85 @@
+"""build_incremental_sensor: run an incremental asset only when its source has moved.
+
+The sensor asks a cheap `probe` for the source's high-water mark (e.g. `SELECT max(updated_at)`)
+and compares it with the asset's stored cursor. The authoritative cursor stays in the asset's
+materializations, so manual runs and sensor runs share it; the sensor's own cursor only
+remembers what it already requested, and the run_key makes repeated evaluations idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental.cursor_values import canonical_text, compare_cursor_values
+from dagster_incremental.state_store import latest_dagster_state
+
+
+def build_incremental_sensor(
+    asset: dg.AssetsDefinition,
+    probe: Callable[[], Any],
+    *,
+    name: str | None = None,
+    minimum_interval_seconds: int = 60,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+    description: str | None = None,
+) -> dg.SensorDefinition:
+    """A sensor that requests `asset` when `probe()` reports data beyond the stored cursor.
+
+    Args:
+        asset: an `@incremental_asset`.
+        probe: returns the source's current high-water mark (same type as the cursor), or None
+            when the source is empty. Keep it cheap: it runs on every evaluation.
+        name: sensor name; default `<asset>_incremental_sensor`.
+
+    For a partitioned asset the request targets the newest (open) partition.
+
+    Examples:
+        .. code-block:: python
+
+            orders_sensor = build_incremental_sensor(orders, probe=lambda: shop.high_water_mark(DB))
+    """
+    key = asset.key
+    partitions_def = asset.partitions_def
+    sensor_name = name or f"{key.to_python_identifier()}_incremental_sensor"
+
+    @dg.sensor(
+        name=sensor_name,
+        target=[asset],
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description=description or f"Requests {key.to_user_string()} when its source is ahead of the cursor.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext):
+        hwm = probe()
+        if hwm is None:
+            return dg.SkipReason("the source is empty")
+        hwm_text = canonical_text(hwm)
+        partition = None
+        if partitions_def is not None:
+            partition = partitions_def.get_last_partition_key(current_time=datetime.now(timezone.utc))
+        stored = latest_dagster_state(context.instance, key, partition=partition)
+        last = (stored.state or {}).get("last_value") if stored else None
+        if last is not None and compare_cursor_values(hwm, last) <= 0:
+            return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {last}")
+        requested = json.loads(context.cursor)["requested"] if context.cursor else None
+        if requested == hwm_text:
+            return dg.SkipReason(f"a run for {hwm_text} was already requested")
+        run_key = f"{key.to_user_string()}:{partition or ''}:{hwm_text}"
+        return dg.SensorResult(
+            run_requests=[
+                dg.RunRequest(
+                    run_key=run_key,
+                    asset_selection=[key],
+                    partition_key=partition,
+                    tags={"dagster_incremental/trigger": "sensor", "dagster_incremental/source_hwm": hwm_text},
+                )
+            ],
+            cursor=json.dumps({"requested": hwm_text}),
+        )
+
+    return _sensor

@@ -1,0 +1,210 @@
+"""Staging: whatever the user's function produced, filtered by its cursors, as one Spark DataFrame.
+
+The function may yield dict rows, pages (lists) of dict rows, pyarrow Tables or RecordBatches,
+pandas DataFrames or pyspark DataFrames, or return any of those. Dict rows are grouped into
+pages so the cursor engine filters page by page (and `row_order` can stop the generator early);
+kept rows travel as Arrow and enter Spark in one conversion, never row by row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from dagster_incremental.errors import DataShapeError
+
+PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
+
+
+def iterate_output(output: Any, asset: str) -> Iterator[Any]:
+    """Turn the function's result into an iterator of batches (pages, tables or frames)."""
+    if output is None:
+        return iter(())
+    if _is_batch(output):
+        return iter((output,))
+    if isinstance(output, Mapping):
+        return iter(([dict(output)],))
+    if isinstance(output, list):
+        if all(isinstance(r, Mapping) for r in output):
+            return iter((output,))
+        return _batches(iter(output), asset)
+    if isinstance(output, Iterable) and not isinstance(output, (str, bytes)):
+        return _batches(iter(output), asset)
+    raise DataShapeError(_not_a_row(asset, output))
+
+
+def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
+    """Group loose dict rows into pages; pass pages and tables through; reject anything else."""
+    page: list[dict] = []
+    for item in items:
+        if isinstance(item, Mapping):
+            page.append(item)  # type: ignore[arg-type]
+            if len(page) >= PAGE_SIZE:
+                yield page
+                page = []
+            continue
+        if page:
+            yield page
+            page = []
+        if item is None:
+            continue
+        if isinstance(item, list):
+            bad = next((r for r in item if not isinstance(r, Mapping)), None)
+            if bad is not None:
+                raise DataShapeError(_not_a_row(asset, bad, inside_page=True))
+            yield item
+        elif _is_batch(item):
+            yield item
+        else:
+            raise DataShapeError(_not_a_row(asset, item))
+    if page:
+        yield page
+
+
+def _not_a_row(asset: str, value: Any, inside_page: bool = False) -> str:
+    where = "a page (list) holding" if inside_page else "a"
+    shown = repr(value)
+    if len(shown) > 120:
+        shown = shown[:117] + "..."
+    return (
+        f"asset {asset!r}: the function yielded {where} {type(value).__name__} ({shown}); yield dict rows, "
+        "lists of dict rows, pyarrow Tables, pandas DataFrames or a pyspark DataFrame"
+    )
+
+
+def _is_batch(obj: Any) -> bool:
+    return _kind(obj) is not None
+
+
+def _kind(obj: Any) -> str | None:
+    for cls in type(obj).__mro__:
+        module = cls.__module__
+        if module.startswith("pyarrow") and cls.__name__ in ("Table", "RecordBatch"):
+            return "arrow"
+        if module.startswith("pandas") and cls.__name__ == "DataFrame":
+            return "pandas"
+        if module.startswith("pyspark.sql") and cls.__name__ == "DataFrame":
+            return "spark"
+    return None
+
+
+def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, spec: Any):
+    """Filter the function's output through every bound cursor and stage it for the writer.
+
+    Returns a pyspark DataFrame, or None when nothing was produced at all (no rows, no schema).
+    """
+    import pyarrow as pa
+
+    batches: Iterator[Any] = iterate_output(output, settings.name)
+    for run in runs.values():
+        batches = run.filter_batches(batches)
+    tables: list[pa.Table] = []
+    frames = []
+    for batch in batches:
+        kind = _kind(batch)
+        if kind == "spark":
+            frames.append(batch)
+        elif kind == "arrow":
+            tables.append(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
+        elif kind == "pandas":
+            tables.append(pa.Table.from_pandas(batch, preserve_index=False))
+        elif batch:
+            tables.append(_page_to_arrow(batch, settings.name))
+    if tables:
+        frames.insert(0, arrow_to_spark(spark, pa.concat_tables(tables, promote_options="permissive")))
+    if not frames:
+        return None
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other, allowMissingColumns=True)
+    frame = _pin_spark_sources(frame, runs, has_spark=len(frames) > (1 if tables else 0))
+    return _typed_cursor_columns(frame, runs)
+
+
+def _page_to_arrow(page: list[dict], asset: str):
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pylist(page)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        column = _conflicting_column(page)
+        raise DataShapeError(
+            f"asset {asset!r}: rows disagree on the type of column {column!r} ({exc}); "
+            "every row must give a column values of one type"
+        ) from exc
+
+
+def _conflicting_column(page: list[dict]) -> str | None:
+    types: dict[str, set[type]] = {}
+    for row in itertools.islice(page, 10_000):
+        for key, value in row.items():
+            if value is not None:
+                types.setdefault(key, set()).add(type(value))
+    for key, seen in types.items():
+        if len(seen - {int, float}) > 1 or (len(seen) > 1 and not seen <= {int, float}):
+            return key
+    return None
+
+
+def arrow_to_spark(spark, table):
+    """One Arrow -> Spark conversion with an explicit schema (no inference, no per-row Python)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fields = []
+    for f in table.schema:
+        if pa.types.is_null(f.type):  # a column that was None in every row: keep it, as text
+            table = table.set_column(table.schema.get_field_index(f.name), f.name, table[f.name].cast(pa.string()))
+            fields.append(pa.field(f.name, pa.string()))
+        elif pa.types.is_timestamp(f.type) and f.type.unit != "us":
+            fields.append(pa.field(f.name, pa.timestamp("us", tz=f.type.tz)))
+        else:
+            fields.append(f)
+    table = table.cast(pa.schema(fields))
+    schema = from_arrow_schema(table.schema)
+    return spark.createDataFrame(table.to_pandas(), schema=schema)
+
+
+def _pin_spark_sources(frame, runs: Mapping[str, Any], has_spark: bool):
+    """A live Spark source may grow between the cursor aggregate and the write: pin the range.
+
+    The stored last_value came from one aggregate; rows that appear later, beyond it, belong to
+    the next run (which starts at last_value), so they must not be written now.
+    """
+    if not has_spark:
+        return frame
+    from pyspark.sql import functions as F
+
+    for run in runs.values():
+        path = run.spec.cursor_path if hasattr(run, "spec") else None
+        last = run.last_value
+        if not path or any(c in path for c in ".$[") or last is None or run.is_backfill:
+            continue
+        if path in frame.columns:
+            op = "__le__" if _is_max(run) else "__ge__"
+            frame = frame.where(getattr(F.col(f"`{path}`"), op)(F.lit(last)) | F.col(f"`{path}`").isNull())
+    return frame
+
+
+def _is_max(run: Any) -> bool:
+    func = getattr(getattr(run, "spec", None), "last_value_func", "max")
+    return func != "min"
+
+
+def _typed_cursor_columns(frame, runs: Mapping[str, Any]):
+    """ISO-8601 text in a timestamp cursor column is stored as a real timestamp.
+
+    Window replaces, partition pruning and downstream SQL then compare instants, not text.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    for run in runs.values():
+        spec = getattr(run, "spec", None)
+        path = getattr(spec, "cursor_path", None)
+        if not path or path not in frame.columns or getattr(run, "cursor_type", None) not in ("timestamp",):
+            continue
+        if isinstance(frame.schema[path].dataType, StringType):
+            frame = frame.withColumn(path, F.to_timestamp(F.col(f"`{path}`")))
+    return frame
