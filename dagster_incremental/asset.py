@@ -198,7 +198,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         )
     parts_def = decorator.get("partitions_def")
     if "partitions" in given:
-        parts_def = _partitions_from_config(given["partitions"], where("partitions"))
+        parts_def = _partitions_from_config(asset_cfg.partitions)
     if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
         raise IncrementalConfigError(
             f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
@@ -302,17 +302,10 @@ def _parse_column_hints(columns: Mapping[str, Any], where: str) -> tuple[str | N
     return hard_delete, dedup_sort
 
 
-def _partitions_from_config(value: Mapping[str, Any], where: str) -> dg.TimeWindowPartitionsDefinition:
-    schedule = value.get("schedule", "daily")
-    cls = PARTITION_SCHEDULES.get(schedule)
-    if cls is None:
-        raise IncrementalConfigError(f"{where}: schedule {schedule!r} is not one of {sorted(PARTITION_SCHEDULES)}")
-    start = value.get("start")
-    if start is None:
-        raise IncrementalConfigError(f"{where}: partitions need a start, e.g. start = 2024-01-01")
-    if hasattr(start, "isoformat"):
-        start = start.isoformat()
-    return cls(start_date=str(start), end_offset=int(value.get("end_offset", 0)), timezone=value.get("timezone", "UTC"))
+def _partitions_from_config(partitions) -> dg.TimeWindowPartitionsDefinition:
+    """config.toml's `partitions = {schedule, start, end_offset, timezone}` as Dagster partitions."""
+    cls = PARTITION_SCHEDULES[partitions.schedule]
+    return cls(start_date=partitions.start_datetime, end_offset=partitions.end_offset, timezone=partitions.timezone)
 
 
 def _is_incremental_param(param: inspect.Parameter) -> bool:
