@@ -1,7 +1,7 @@
 """dagster_incremental: incremental loading for Dagster assets whose data runs on Spark.
 
-Public names are imported lazily, so `from dagster_incremental import incremental` (the pure
-cursor engine) loads neither Dagster nor Spark.
+The Dagster and Spark side is imported lazily, so `from dagster_incremental import incremental`
+(the pure cursor engine) loads neither Dagster nor Spark.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The pure cursor engine is imported eagerly: importing its submodule would otherwise shadow the
+# lazily exported function `incremental` with the module of the same name.
+from dagster_incremental.incremental import Incremental, IncrementalRun, incremental  # noqa: E402
+
 _EXPORTS: dict[str, str] = {
-    # cursor engine (pure Python)
-    "incremental": "dagster_incremental.incremental",
-    "Incremental": "dagster_incremental.incremental",
-    "IncrementalRun": "dagster_incremental.incremental",
     # config.toml
     "load_config": "dagster_incremental.config",
     "ProjectConfig": "dagster_incremental.config",
@@ -35,7 +35,7 @@ _EXPORTS: dict[str, str] = {
     "ConcurrentRunError": "dagster_incremental.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "Incremental", "IncrementalRun", "incremental"])
 
 
 def __getattr__(name: str) -> Any:
@@ -53,4 +53,3 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs only
     from dagster_incremental.errors import *  # noqa: F403
-    from dagster_incremental.incremental import Incremental, IncrementalRun, incremental

@@ -1,0 +1,403 @@
+"""Cursor value typing: one comparable "key" per cursor value, whatever shape the value came in.
+
+Why: dlt compares raw Python values, so ISO strings with different offsets compare as text and an
+int row against a datetime cursor fails deep inside a pipeline. Here every value is first mapped
+to a *key* of its cursor type, and all filtering happens on keys:
+
+| cursor type     | key                                   | state (canonical JSON)        | public value        |
+|-----------------|---------------------------------------|-------------------------------|---------------------|
+| timestamp       | int microseconds since epoch, UTC     | "2024-01-01T10:00:00Z"        | pendulum.DateTime   |
+| date            | int microseconds of midnight UTC      | "2024-01-01"                  | pendulum.Date       |
+| epoch_seconds   | int microseconds since epoch, UTC     | the number in seconds         | the number          |
+| epoch_millis    | int microseconds since epoch, UTC     | the number in milliseconds    | the number          |
+| number          | the int / float itself                | the number                    | the number          |
+| string          | the str itself (compared as text)     | the str                       | the str             |
+
+The four temporal types share one key space, so a date bound and timestamp rows compare as instants.
+Naive datetimes and ISO strings without an offset mean UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from decimal import Decimal
+from typing import Any, Literal, Union
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+CursorType = Literal["timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis"]
+CURSOR_TYPES: tuple[str, ...] = ("timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis")
+TEMPORAL_TYPES = frozenset({"timestamp", "date", "epoch_seconds", "epoch_millis"})
+
+Key = Union[int, float, str]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_DAY_US = 86_400_000_000
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# An ISO-8601 date at the start is required before `fromisoformat` is even tried: it also accepts
+# things like "2024" or compact forms we do not want to silently treat as instants.
+_ISO_LIKE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|z|[+-]\d{2}(:?\d{2})?)?$")
+_EPOCH_UNIT_US = {"epoch_seconds": 1_000_000, "epoch_millis": 1_000}
+
+
+class KeyConversionError(ValueError):
+    """A value that cannot become a key of the cursor type (callers add path and row)."""
+
+    def __init__(self, value: Any, cursor_type: str, reason: str, index: int | None = None):
+        super().__init__(reason)
+        self.value = value
+        self.cursor_type = cursor_type
+        self.reason = reason
+        self.index = index
+
+
+# ---------------------------------------------------------------------------------------------
+# Python scalars
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_iso(text: str) -> dt.datetime | None:
+    """An ISO-8601 string as an aware UTC datetime (naive => UTC), or None if it is not ISO."""
+    text = text.strip()
+    if not _ISO_LIKE.match(text):
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc)
+
+
+def is_date_string(text: str) -> bool:
+    return bool(_DATE_ONLY.match(text.strip()))
+
+
+def detect_type(value: Any) -> CursorType | None:
+    """The cursor type a Python value suggests; None for None and for non-scalar values."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, dt.datetime):
+        return "timestamp"
+    if isinstance(value, dt.date):
+        return "date"
+    if isinstance(value, (int, float, Decimal)):
+        return "number"
+    if _is_numpy_number(value):
+        return "number"
+    if isinstance(value, str):
+        if is_date_string(value):
+            return "date"
+        return "timestamp" if parse_iso(value) is not None else "string"
+    return None
+
+
+def _is_numpy_number(value: Any) -> bool:
+    mod = type(value).__module__
+    return mod == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iuf"
+
+
+def datetime_to_micros(value: dt.datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def date_to_micros(value: dt.date) -> int:
+    return (value - dt.date(1970, 1, 1)).days * _DAY_US
+
+
+def micros_to_datetime(micros: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=int(micros))
+
+
+def to_key(value: Any, cursor_type: str) -> Key:
+    """A Python value as a key of `cursor_type`; raises KeyConversionError when it cannot be one."""
+    if value is None:
+        raise KeyConversionError(value, cursor_type, "None is not a cursor value")
+    if cursor_type in TEMPORAL_TYPES:
+        if isinstance(value, dt.datetime):
+            return datetime_to_micros(value)
+        if isinstance(value, dt.date):
+            return date_to_micros(value)
+        if isinstance(value, str):
+            parsed = parse_iso(value)
+            if parsed is None:
+                raise KeyConversionError(value, cursor_type, "it is not an ISO-8601 date or timestamp")
+            return datetime_to_micros(parsed)
+        if type(value).__module__ == "numpy" and getattr(value, "dtype", None) is not None:
+            if value.dtype.kind == "M":  # numpy.datetime64: naive = UTC
+                return int(value.astype("datetime64[us]").astype("int64"))
+        if cursor_type in _EPOCH_UNIT_US and _is_number(value):
+            unit = _EPOCH_UNIT_US[cursor_type]
+            if isinstance(value, int):
+                return value * unit
+            return int(round(float(value) * unit))
+        raise KeyConversionError(value, cursor_type, "it is not a date, datetime or ISO-8601 string")
+    if cursor_type == "number":
+        if _is_number(value):
+            if isinstance(value, Decimal):
+                return int(value) if value == value.to_integral_value() else float(value)
+            if _is_numpy_number(value):
+                return value.item()
+            return value
+        raise KeyConversionError(value, cursor_type, "it is not a number")
+    if cursor_type == "string":
+        if isinstance(value, str):
+            return value
+        raise KeyConversionError(value, cursor_type, "it is not a string")
+    raise KeyConversionError(value, cursor_type, f"unknown cursor type {cursor_type!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)) or _is_numpy_number(
+        value
+    )
+
+
+def key_to_canonical(key: Key | None, cursor_type: str) -> Any:
+    """The JSON form stored in state."""
+    if key is None:
+        return None
+    if cursor_type == "timestamp":
+        return format_instant(micros_to_datetime(int(key)))
+    if cursor_type == "date":
+        return micros_to_datetime(int(key)).date().isoformat()
+    if cursor_type in _EPOCH_UNIT_US:
+        unit = _EPOCH_UNIT_US[cursor_type]
+        whole, rest = divmod(int(key), unit)
+        return whole if rest == 0 else int(key) / unit
+    return key
+
+
+def format_instant(value: dt.datetime) -> str:
+    """ISO-8601 UTC with a Z, with microseconds only when there are some."""
+    value = value.astimezone(dt.timezone.utc) if value.tzinfo else value
+    base = value.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{value.microsecond:06d}Z" if value.microsecond else f"{base}Z"
+
+
+def key_to_public(key: Key | None, cursor_type: str) -> Any:
+    """What users see as start_value / last_value: pendulum values for instants and dates."""
+    if key is None:
+        return None
+    if cursor_type == "timestamp":
+        import pendulum
+
+        return pendulum.instance(micros_to_datetime(int(key)), tz="UTC")
+    if cursor_type == "date":
+        import pendulum
+
+        d = micros_to_datetime(int(key)).date()
+        return pendulum.Date(d.year, d.month, d.day)
+    return key_to_canonical(key, cursor_type)
+
+
+def key_type_for(cursor_type: str) -> pa.DataType:
+    if cursor_type in TEMPORAL_TYPES:
+        return pa.int64()
+    if cursor_type == "string":
+        return pa.string()
+    return pa.float64()
+
+
+# ---------------------------------------------------------------------------------------------
+# lag (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def lag_delta(lag: float, cursor_type: str) -> int | float:
+    """`lag` in key units: seconds for timestamps (and epoch cursors), days for dates."""
+    if cursor_type in ("timestamp", "epoch_seconds"):
+        return int(round(lag * 1_000_000))
+    if cursor_type == "epoch_millis":
+        return int(round(lag * 1_000))  # native units (milliseconds)
+    if cursor_type == "date":
+        return int(round(lag * _DAY_US))
+    if cursor_type == "number":
+        return lag
+    raise ValueError(f"lag is not supported for a {cursor_type} cursor")
+
+
+def apply_lag(last: Key, lag: float, cursor_type: str, direction: str, floor: Key | None) -> Key:
+    """`last` moved back by `lag` against the direction of last_value_func, never past `floor`.
+
+    Ints stay ints by truncation (as in dlt: lag 1.5 from 10 gives 8).
+    """
+    delta = lag_delta(lag, cursor_type)
+    lagged: Key = last - delta if direction == "max" else last + delta  # type: ignore[operator]
+    if isinstance(last, int) and not isinstance(lagged, int):
+        lagged = int(lagged)
+    if floor is not None:
+        if direction == "max" and lagged < floor:  # type: ignore[operator]
+            return floor
+        if direction == "min" and lagged > floor:  # type: ignore[operator]
+            return floor
+    return lagged
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrow arrays (vectorised)
+# ---------------------------------------------------------------------------------------------
+
+
+def detect_arrow_type(arr: pa.Array) -> CursorType | None:
+    """The cursor type an Arrow column suggests (strings: from the first non-null value)."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        valid = arr.drop_null()
+        return detect_type(valid[0].as_py()) if len(valid) else None
+    if pa.types.is_null(t):
+        return None
+    valid = arr.drop_null()
+    return detect_type(valid[0].as_py()) if len(valid) else None
+
+
+def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str) -> pa.Array:
+    """An Arrow column as a key array (nulls stay null); raises KeyConversionError with the row index.
+
+    Arrow casts do the work; a per-value parse runs only for a string column Arrow's ISO parser
+    rejects as a whole (e.g. offsets and no offsets mixed in one column).
+    """
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks else pa.array([], arr.type)
+    t = arr.type
+    if pa.types.is_null(t):
+        return pa.nulls(len(arr), key_type_for(cursor_type))
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if cursor_type in TEMPORAL_TYPES:
+        if pa.types.is_timestamp(t):
+            return arr.cast(pa.timestamp("us", t.tz), safe=False).cast(pa.int64())
+        if pa.types.is_date(t):
+            return arr.cast(pa.date32()).cast(pa.timestamp("us")).cast(pa.int64())
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return _strings_to_micros(arr, cursor_type)
+        if cursor_type in _EPOCH_UNIT_US and (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            unit = _EPOCH_UNIT_US[cursor_type]
+            if pa.types.is_integer(t):
+                return pc.multiply(arr.cast(pa.int64()), unit)
+            as_float = arr.cast(pa.float64())
+            as_float = pc.if_else(pc.is_nan(as_float), pa.scalar(None, pa.float64()), as_float)
+            return pc.round(pc.multiply(as_float, float(unit))).cast(pa.int64())
+        _raise_first(arr, cursor_type, f"a {t} column is not a date/timestamp column")
+    if cursor_type == "number":
+        if pa.types.is_integer(t):
+            return arr.cast(pa.int64())
+        if pa.types.is_floating(t) or pa.types.is_decimal(t):
+            out = arr.cast(pa.float64())
+            return pc.if_else(pc.is_nan(out), pa.scalar(None, pa.float64()), out)  # NaN = NULL
+        _raise_first(arr, cursor_type, f"a {t} column is not a number column")
+    if cursor_type == "string":
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return arr.cast(pa.string())
+        _raise_first(arr, cursor_type, f"a {t} column is not a string column")
+    raise KeyConversionError(None, cursor_type, f"unknown cursor type {cursor_type!r}")
+
+
+def _raise_first(arr: pa.Array, cursor_type: str, reason: str) -> None:
+    valid = pc.indices_nonzero(arr.is_valid())
+    if len(valid) == 0:
+        return None  # all null: nothing to compare; caller gets an all-null key array
+    i = valid[0].as_py()
+    raise KeyConversionError(arr[i].as_py(), cursor_type, reason, index=i)
+
+
+_OFFSET_SUFFIX = r"(Z|z|[+-]\d{2}(:?\d{2})?)$"
+
+
+def _strings_to_micros(arr: pa.Array, cursor_type: str) -> pa.Array:
+    """ISO strings as UTC micros: Arrow parses strings with an offset (any offset) and strings
+    without one (= UTC) in two casts; only values Arrow rejects are parsed one by one."""
+    for target in (pa.timestamp("us", "UTC"), pa.timestamp("us")):
+        try:
+            return arr.cast(target).cast(pa.int64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    import numpy as np
+
+    n = len(arr)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    has_offset = pc.fill_null(pc.match_substring_regex(arr, _OFFSET_SUFFIX), False).to_numpy(
+        zero_copy_only=False
+    )
+    out = np.zeros(n, dtype=np.int64)
+    for mask, target in (
+        (valid & has_offset, pa.timestamp("us", "UTC")),
+        (valid & ~has_offset, pa.timestamp("us")),
+    ):
+        idx = np.flatnonzero(mask)
+        if not len(idx):
+            continue
+        sub = arr.take(pa.array(idx))
+        try:
+            out[idx] = sub.cast(target).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            try:
+                out[idx] = values_to_keys(sub.to_pylist(), cursor_type, _force_scalar=True).to_numpy(
+                    zero_copy_only=False
+                )
+            except KeyConversionError as e:
+                e.index = int(idx[e.index]) if e.index is not None else None
+                raise
+    return pa.array(out, pa.int64(), mask=~valid)
+
+
+def values_to_keys(values: list[Any], cursor_type: str, *, _force_scalar: bool = False) -> pa.Array:
+    """Python cursor values (None allowed) as a key array; raises KeyConversionError with the index.
+
+    Homogeneous lists go through one Arrow conversion; mixed ones are converted per value.
+    """
+    if not _force_scalar:
+        kinds = {type(v) for v in values if v is not None}
+        try:
+            if cursor_type in TEMPORAL_TYPES and kinds and all(issubclass(k, dt.datetime) for k in kinds):
+                return pa.array(values, type=pa.timestamp("us", "UTC")).cast(pa.int64())
+            if (
+                cursor_type in TEMPORAL_TYPES
+                and kinds
+                and all(issubclass(k, dt.date) and not issubclass(k, dt.datetime) for k in kinds)
+            ):
+                return arrow_to_keys(pa.array(values, type=pa.date32()), cursor_type)
+            if kinds and all(issubclass(k, str) for k in kinds):
+                return arrow_to_keys(pa.array(values, type=pa.string()), cursor_type)
+            if kinds and all(issubclass(k, (int, float)) and not issubclass(k, bool) for k in kinds):
+                return arrow_to_keys(pa.array(values), cursor_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pass
+    keys: list[Key | None] = []
+    for i, v in enumerate(values):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            keys.append(None)
+            continue
+        try:
+            keys.append(to_key(v, cursor_type))
+        except KeyConversionError as e:
+            e.index = i
+            raise
+    if cursor_type == "number":
+        if all(k is None or isinstance(k, int) for k in keys):
+            return pa.array(keys, type=pa.int64())
+        return pa.array(keys, type=pa.float64())
+    return pa.array(keys, type=key_type_for(cursor_type))
+
+
+def key_scalar(key: Key, keys: pa.Array) -> pa.Scalar:
+    """`key` as a scalar comparable with the key array `keys`."""
+    if isinstance(key, float) and pa.types.is_integer(keys.type):
+        return pa.scalar(key, pa.float64())
+    if isinstance(key, int) and pa.types.is_floating(keys.type):
+        return pa.scalar(float(key), pa.float64())
+    return pa.scalar(key, keys.type)
