@@ -415,6 +415,8 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
         return runner.run(context, config)
 
     compute.__name__ = settings.name
+    # Dagster reads these annotations at definition time: give it classes, not postponed strings.
+    compute.__annotations__ = {"context": dg.AssetExecutionContext, "config": IncrementalRunConfig}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # backfill_policy on @asset is a beta parameter
         return dg.asset(

@@ -15,7 +15,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.cursor_values import canonical_text, compare_cursor_values
+from dagster_incremental.cursor_values import detect_type, key_to_canonical, to_key
 from dagster_incremental.state_store import latest_dagster_state
 
 
@@ -58,13 +58,16 @@ def build_incremental_sensor(
         hwm = probe()
         if hwm is None:
             return dg.SkipReason("the source is empty")
-        hwm_text = canonical_text(hwm)
         partition = None
         if partitions_def is not None:
             partition = partitions_def.get_last_partition_key(current_time=datetime.now(timezone.utc))
         stored = latest_dagster_state(context.instance, key, partition=partition)
-        last = (stored.state or {}).get("last_value") if stored else None
-        if last is not None and compare_cursor_values(hwm, last) <= 0:
+        state = (stored.state or {}) if stored else {}
+        last = state.get("last_value")
+        cursor_type = state.get("cursor_type") or detect_type(hwm) or "string"
+        hwm_key = to_key(hwm, cursor_type)  # compared as instants/numbers, never as text
+        hwm_text = str(key_to_canonical(hwm_key, cursor_type))
+        if last is not None and _not_beyond(hwm_key, to_key(last, cursor_type), state.get("last_value_func")):
             return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {last}")
         requested = json.loads(context.cursor)["requested"] if context.cursor else None
         if requested == hwm_text:
@@ -83,3 +86,7 @@ def build_incremental_sensor(
         )
 
     return _sensor
+
+
+def _not_beyond(source: Any, cursor: Any, last_value_func: str | None) -> bool:
+    return source >= cursor if last_value_func == "min" else source <= cursor

@@ -118,7 +118,7 @@ def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, sp
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other, allowMissingColumns=True)
-    frame = _pin_spark_sources(frame, runs, has_spark=len(frames) > (1 if tables else 0))
+    # (the engine already pinned Spark sources to the last_value it computed)
     return _typed_cursor_columns(frame, runs)
 
 
@@ -164,32 +164,6 @@ def arrow_to_spark(spark, table):
     table = table.cast(pa.schema(fields))
     schema = from_arrow_schema(table.schema)
     return spark.createDataFrame(table.to_pandas(), schema=schema)
-
-
-def _pin_spark_sources(frame, runs: Mapping[str, Any], has_spark: bool):
-    """A live Spark source may grow between the cursor aggregate and the write: pin the range.
-
-    The stored last_value came from one aggregate; rows that appear later, beyond it, belong to
-    the next run (which starts at last_value), so they must not be written now.
-    """
-    if not has_spark:
-        return frame
-    from pyspark.sql import functions as F
-
-    for run in runs.values():
-        path = run.spec.cursor_path if hasattr(run, "spec") else None
-        last = run.last_value
-        if not path or any(c in path for c in ".$[") or last is None or run.is_backfill:
-            continue
-        if path in frame.columns:
-            op = "__le__" if _is_max(run) else "__ge__"
-            frame = frame.where(getattr(F.col(f"`{path}`"), op)(F.lit(last)) | F.col(f"`{path}`").isNull())
-    return frame
-
-
-def _is_max(run: Any) -> bool:
-    func = getattr(getattr(run, "spec", None), "last_value_func", "max")
-    return func != "min"
 
 
 def _typed_cursor_columns(frame, runs: Mapping[str, Any]):

@@ -1,0 +1,106 @@
+"""The example assets: what a data engineer would write with dagster-incremental.
+
+Their cursors, keys and write dispositions live in config/config.toml (section per asset); the
+code only says where the data comes from. The sources are shipped in `definitions.sources` and
+are created on first use, so the code location runs on a fresh machine with nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dagster_incremental import Incremental, incremental_asset
+from definitions.sources import event_files, events_api, events_root, shop_db, shop_db_path, utc_now
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = os.environ.get("DAGSTER_INCREMENTAL_CONFIG", str(ROOT / "config" / "config.toml"))
+EVENTS_API_ENV = "EVENTS_API_URL"
+EVENT_DAYS = 14
+
+
+def ensure_shop() -> Path:
+    """The shop database, created with 14 days of history on first use."""
+    path = shop_db_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shop_db.create_shop(path, start=utc_now() - timedelta(days=EVENT_DAYS))
+    return path
+
+
+def ensure_event_files() -> Path:
+    """The daily event files (14 days ending today), written on first use."""
+    root = events_root()
+    if not root.is_dir() or not any(root.glob("dt=*")):
+        now = utc_now()
+        event_files.write_event_days(root, now.date() - timedelta(days=EVENT_DAYS - 1), EVENT_DAYS, now=now)
+    return root
+
+
+@contextlib.contextmanager
+def events_api_url() -> Iterator[str]:
+    """$EVENTS_API_URL (e.g. `python -m definitions.simulate serve-api`), else a server for this run."""
+    url = os.environ.get(EVENTS_API_ENV)
+    if url:
+        yield url
+        return
+    server, thread, base_url = events_api.serve(port=0)
+    try:
+        yield base_url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@incremental_asset(group_name="shop", config_path=CONFIG)
+def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+    """Orders of the shop database: each run reads only the orders changed since the cursor.
+
+    Soft-deleted orders arrive with is_deleted = true and are removed from the table.
+    """
+    yield from shop_db.fetch_orders(ensure_shop(), since=updated_at.start_value, until=updated_at.end_value)
+
+
+@incremental_asset(group_name="shop", config_path=CONFIG)
+def customers(context: dg.AssetExecutionContext):
+    """Every version of every customer (scd2) from a full snapshot of the customers table."""
+    return shop_db.fetch_customers(ensure_shop())
+
+
+@incremental_asset(group_name="web", config_path=CONFIG)
+def api_events(context: dg.AssetExecutionContext, created_at: Incremental):
+    """Events from a paginated HTTP API served newest first: paging stops at the cursor."""
+    with events_api_url() as base_url:
+        yield from events_api.iter_event_pages(base_url, page_size=100)
+
+
+@incremental_asset(group_name="events", config_path=CONFIG)
+def daily_events(context: dg.AssetExecutionContext, event_time: Incremental):
+    """Daily event files read by Spark; each partition is one day, backfills reload whole days."""
+    spark = context.resources.io_manager.spark
+    return event_files.read_events_spark(spark, ensure_event_files(), event_time.start_value, event_time.end_value)
+
+
+@dg.asset(group_name="shop", kinds={"spark", "iceberg"})
+def customer_revenue(orders: DataFrame, customers: DataFrame) -> DataFrame:
+    """Revenue and order count per customer tier and country, from the current customer versions."""
+    current = customers.where(F.col("_valid_to").isNull()).select("customer_id", "tier", "country")
+    return (
+        orders.join(current, "customer_id", "left")
+        .groupBy("tier", "country")
+        .agg(F.round(F.sum("amount"), 2).alias("revenue"), F.count(F.lit(1)).alias("orders"))
+    )
+
+
+def orders_high_water_mark() -> str | None:
+    """The sensor's cheap probe: the newest updated_at in the shop database."""
+    path = shop_db_path()
+    return shop_db.high_water_mark(path) if path.exists() else None

@@ -1,0 +1,231 @@
+"""@incremental_asset end to end, in process: cursor in metadata, backfills, healing, sensors.
+
+Each test builds its own asset over an in-memory source and a persistent (temporary) Dagster
+instance, runs it with `dg.materialize` and checks what a user sees: the table, the cursor and
+the materialization metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import pytest
+
+from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
+
+pytestmark = pytest.mark.spark
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def iso(day: int, hour: int = 0) -> str:
+    return (datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=day - 1, hours=hour)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def namespace():
+    return "t_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def config_file(tmp_path, spark_warehouse, namespace):
+    path = tmp_path / "config.toml"
+    path.write_text(
+        f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{spark_warehouse}"\n'
+    )
+    return str(path)
+
+
+@pytest.fixture
+def io_manager(spark, spark_warehouse, namespace):
+    return SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=spark_warehouse, master="local[2]")
+
+
+def table_rows(spark, io, key: str, order_by: str = "id") -> list[dict]:
+    frame = spark.table(io.table_name(dg.AssetKey(key))).orderBy(order_by)
+    return [row.asDict() for row in frame.collect()]
+
+
+def materialization(result: dg.ExecuteInProcessResult, partition: str | None = None):
+    mats = result.get_asset_materialization_events()
+    if partition is not None:
+        mats = [m for m in mats if m.materialization.partition == partition]
+    assert mats, "no materialization recorded"
+    return mats[-1].materialization.metadata
+
+
+def run(asset, instance, io, **kwargs) -> dg.ExecuteInProcessResult:
+    return dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=kwargs.pop("run_config", QUIET), **kwargs)
+
+
+def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_manager, config_file):
+    source = [{"id": i, "amount": i * 10, "updated_at": iso(i)} for i in range(1, 4)]
+    seen_starts = []
+
+    @incremental_asset(primary_key="id", write_disposition="append", config_path=config_file)
+    def orders_a(context: dg.AssetExecutionContext, updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        seen_starts.append(updated_at.start_value)
+        yield from source
+
+    first = run(orders_a, instance, io_manager)
+    meta = materialization(first)
+    assert meta["dagster_incremental/mode"].value == "incremental"
+    assert meta["dagster_incremental/state"].value["last_value"] == iso(3)
+    assert meta["dagster_incremental/rows_inserted"].value == 3
+    assert meta["dagster/row_count"].value == 3
+    assert meta["dagster/table_name"].value == f"lake.{io_manager.namespace}.orders_a"
+    assert {c.name for c in meta["dagster/column_schema"].value.columns} >= {"id", "amount", "updated_at"}
+
+    source.append({"id": 4, "amount": 40, "updated_at": iso(4)})
+    second = run(orders_a, instance, io_manager)
+    meta2 = materialization(second)
+    assert meta2["dagster_incremental/state"].value["last_value"] == iso(4)
+    assert meta2["dagster_incremental/rows_inserted"].value == 1  # the boundary row is not loaded twice
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_a")] == [1, 2, 3, 4]
+    assert str(seen_starts[1]).startswith("2024-01-03")
+
+    third = run(orders_a, instance, io_manager)  # nothing new: a normal, successful no-op
+    assert materialization(third)["dagster_incremental/rows_inserted"].value == 0
+    assert len(table_rows(spark, io_manager, "orders_a")) == 4
+
+
+def test_full_refresh_resets_cursor_and_replaces_table(spark, instance, io_manager, config_file):
+    source = [{"id": i, "updated_at": iso(i)} for i in range(1, 4)]
+
+    @incremental_asset(primary_key="id", config_path=config_file)
+    def orders_fr(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    run(orders_fr, instance, io_manager)
+    source[:] = [{"id": 10, "updated_at": iso(2)}]  # the source was rebuilt: history changed
+    result = run(orders_fr, instance, io_manager, run_config={**QUIET, "ops": {"orders_fr": {"config": {"full_refresh": True}}}})
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_fr")] == [10]
+    assert materialization(result)["dagster_incremental/state"].value["last_value"] == iso(2)
+
+
+def test_unpartitioned_backfill_is_stateless_and_replaces_its_window(spark, instance, io_manager, config_file):
+    source = [{"id": i, "updated_at": iso(i)} for i in range(1, 6)]
+
+    @incremental_asset(primary_key="id", config_path=config_file)
+    def orders_bf(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return [r for r in source]
+
+    run(orders_bf, instance, io_manager)
+    live = materialization(run(orders_bf, instance, io_manager))["dagster_incremental/state"].value
+    del source[1]  # id 2 (day 2) vanished from the source
+    backfill = run(
+        orders_bf, instance, io_manager,
+        run_config={**QUIET, "ops": {"orders_bf": {"config": {"initial_value": iso(2), "end_value": iso(4)}}}},
+    )
+    meta = materialization(backfill)
+    assert meta["dagster_incremental/mode"].value == "backfill"
+    assert meta["dagster_incremental/state"].value == live  # the state in force, unchanged
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_bf")] == [1, 3, 4, 5]
+    # the live cursor did not move: the next incremental run still starts at day 5
+    nxt = run(orders_bf, instance, io_manager)
+    assert materialization(nxt)["dagster_incremental/state"].value["last_value"] == iso(5)
+
+
+def test_partitioned_ranged_backfill_leaves_live_cursor_and_window_rerun_removes_deleted_rows(spark, instance, io_manager, config_file):
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=5)
+    days = [(start + timedelta(days=d)) for d in range(6)]  # 5 closed days + today (open)
+    source = [
+        {"event_id": f"e{d}-{h}", "value": d * 10 + h, "event_time": (day + timedelta(hours=h)).isoformat()}
+        for d, day in enumerate(days)
+        for h in (1, 2)
+    ]
+    parts = dg.DailyPartitionsDefinition(start_date=start.strftime("%Y-%m-%d"), end_offset=1)
+
+    @incremental_asset(primary_key="event_id", partitions_def=parts, write_disposition="merge", config_path=config_file)
+    def events_p(context: dg.AssetExecutionContext, event_time: Incremental = incremental("event_time")):
+        return [r for r in source if event_time.start_value <= datetime.fromisoformat(r["event_time"]) < event_time.end_value]
+
+    today_key = today.strftime("%Y-%m-%d")
+    live = run(events_p, instance, io_manager, partition_key=today_key)
+    live_state = materialization(live, today_key)["dagster_incremental/state"].value
+    assert materialization(live, today_key)["dagster_incremental/mode"].value == "incremental"
+
+    keys = [d.strftime("%Y-%m-%d") for d in days[1:4]]
+    ranged = run(
+        events_p, instance, io_manager,
+        tags={"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]},
+    )
+    assert ranged.success
+    for key in keys:
+        meta = materialization(ranged, key)
+        assert meta["dagster_incremental/mode"].value == "backfill"
+    assert len(table_rows(spark, io_manager, "events_p", "event_id")) == 2 + 6
+    # the open partition's cursor is untouched by the backfill
+    again = run(events_p, instance, io_manager, partition_key=today_key)
+    assert materialization(again, today_key)["dagster_incremental/state"].value["last_value"] == live_state["last_value"]
+
+    source[:] = [r for r in source if r["event_id"] != "e2-1"]  # deleted at the source
+    rerun = run(events_p, instance, io_manager, partition_key=keys[1])
+    assert rerun.success
+    ids = {r["event_id"] for r in table_rows(spark, io_manager, "events_p", "event_id")}
+    assert "e2-1" not in ids and "e2-2" in ids
+
+
+def test_lost_dagster_event_is_healed_from_the_table_commit(spark, instance, io_manager, config_file):
+    source = [{"id": i, "updated_at": iso(i)} for i in range(1, 4)]
+
+    @incremental_asset(write_disposition="append", config_path=config_file)
+    def orders_heal(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    run(orders_heal, instance, io_manager)
+    source.extend({"id": i, "updated_at": iso(i)} for i in (4, 5))
+    lost = run(orders_heal, instance, io_manager)
+    # The run committed days 4-5 (and its cursor) to the table, but its Dagster events are lost.
+    instance.delete_run(lost.run_id)
+    healed = run(orders_heal, instance, io_manager)
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_heal")] == [1, 2, 3, 4, 5]  # no duplicate
+    meta = materialization(healed)
+    assert meta["dagster_incremental/rows_inserted"].value == 0
+    assert meta["dagster_incremental/state"].value["last_value"] == iso(5)
+
+
+def test_sensor_requests_runs_only_when_probe_moves(spark, instance, io_manager, config_file):
+    source = [{"id": 1, "updated_at": iso(1)}]
+    hwm = {"value": iso(1)}
+
+    @incremental_asset(primary_key="id", config_path=config_file)
+    def orders_s(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    sensor = build_incremental_sensor(orders_s, probe=lambda: hwm["value"])
+    defs = dg.Definitions(assets=[orders_s], sensors=[sensor], resources={"io_manager": io_manager})
+
+    first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert len(first.run_requests) == 1  # nothing stored yet
+    run(orders_s, instance, io_manager)
+    ctx = dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs)
+    assert isinstance(sensor(ctx), dg.SkipReason)  # the cursor is at the source's high-water mark
+    hwm["value"] = iso(2)
+    moved = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs))
+    assert len(moved.run_requests) == 1 and moved.run_requests[0].run_key.endswith(iso(2))
+    repeat = sensor(dg.build_sensor_context(instance=instance, cursor=moved.cursor, definitions=defs))
+    assert isinstance(repeat, dg.SkipReason)  # idempotent: the same high-water mark is not requested twice
+
+
+def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, instance, io_manager, config_file):
+    @incremental_asset(config_path=config_file)
+    def broken(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        yield {"id": 1, "updated_at": iso(1)}
+        yield "not a row"
+
+    result = run(broken, instance, io_manager, raise_on_error=False)
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert "broken" in str(failure.message) and "str" in str(failure.message)
+    assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).replace("`", ""))
