@@ -60,7 +60,7 @@ def build_incremental_sensor(
             return dg.SkipReason("the source is empty")
         partition = None
         if partitions_def is not None:
-            partition = partitions_def.get_last_partition_key(current_time=datetime.now(timezone.utc))
+            partition = partitions_def.get_last_partition_key()
         stored = latest_dagster_state(context.instance, key, partition=partition)
         state = (stored.state or {}) if stored else {}
         last = state.get("last_value")

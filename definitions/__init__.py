@@ -32,7 +32,7 @@ daily_events_job = dg.define_asset_job(
 @dg.schedule(job=daily_events_job, cron_schedule="15 * * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
 def daily_events_hourly(context: dg.ScheduleEvaluationContext):
     """Every hour, load the new events of today's (still open) partition."""
-    today = daily_events.partitions_def.get_last_partition_key(current_time=context.scheduled_execution_time)
+    today = daily_events.partitions_def.get_last_partition_key()
     return dg.RunRequest(run_key=f"daily_events:{context.scheduled_execution_time.isoformat()}", partition_key=today)
 
 

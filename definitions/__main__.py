@@ -59,10 +59,13 @@ def main() -> int:
 
     instance = dg.DagsterInstance.get()
     print(f"Dagster instance: {home}")
-    main_result = defs.resolve_job_def("main").execute_in_process(instance=instance, raise_on_error=False)
-    today = daily_events.partitions_def.get_last_partition_key(current_time=datetime.now(timezone.utc))
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    main_result = defs.resolve_job_def("main").execute_in_process(
+        instance=instance, run_config=quiet, raise_on_error=False
+    )
+    today = daily_events.partitions_def.get_last_partition_key()
     daily_result = defs.resolve_job_def("daily_events_job").execute_in_process(
-        instance=instance, partition_key=today, raise_on_error=False
+        instance=instance, partition_key=today, run_config=quiet, raise_on_error=False
     )
     print("Materialized:")
     for line in summarize(main_result) + summarize(daily_result):
