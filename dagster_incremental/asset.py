@@ -20,9 +20,10 @@ from typing import Any
 import dagster as dg
 
 from dagster_incremental import metadata as md
-from dagster_incremental.errors import IncrementalConfigError, IncrementalError
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.incremental import Incremental, incremental
 from dagster_incremental.sql import qualified
+from dagster_incremental.boundary_check import drop_rows_already_loaded
 from dagster_incremental.staging import stage_batches
 from dagster_incremental.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.write_spec import (
@@ -41,6 +42,8 @@ SCD2_OPTIONS = (
     "boundary_timestamp",
     "row_version_column_name",
 )
+WRITE_KEYS = "write_keys"  # recorded in the state: a later change of keys is detected
+
 PARTITION_SCHEDULES = {
     "hourly": dg.HourlyPartitionsDefinition,
     "daily": dg.DailyPartitionsDefinition,
@@ -407,8 +410,9 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     kwargs = dict(asset_kwargs)
     if settings.partitions_def is not None:
         kwargs.setdefault("backfill_policy", dg.BackfillPolicy.single_run())
-    if settings.pool:
-        kwargs.setdefault("pool", settings.pool)
+    # Runs of one incremental asset must not interleave read-cursor and commit: each asset gets
+    # its own pool (limit it to 1 in dagster.yaml); the IO manager also refuses a stale writer.
+    kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
     kwargs.setdefault("kinds", {"spark", "iceberg"})
 
     def compute(context: dg.AssetExecutionContext, config: IncrementalRunConfig):
@@ -459,12 +463,18 @@ class _Runner:
         started = datetime.now(timezone.utc)
         io = getattr(context.resources, self.io_manager_key)
         plan = self._plan(context, config)
-        stored = self._stored_states(context, io, plan)
-        runs = self._bind(context, plan, stored)
+        stored, table_snapshot = self._stored_states(context, io, plan)
+        if plan.scope is not None and stored[plan.scope].state is None:
+            # The open window's first run loads the whole window: replace what a backfill may
+            # already have put there instead of adding to it.
+            plan.window_replace = True
         spec = self._write_spec(io, context.asset_key, plan)
         try:
+            self._check_write_keys(stored.get(plan.scope), plan)
+            runs = self._bind(context, plan, stored)
             output = self._call(context, runs)
             frame = stage_batches(io.spark, output, runs, self.settings, spec)
+            frame = drop_rows_already_loaded(io, frame, runs, spec)
         except IncrementalError as exc:
             raise dg.Failure(
                 description=f"asset {context.asset_key.to_user_string()}: {exc}",
@@ -481,9 +491,11 @@ class _Runner:
                 scope=plan.scope,
             ),
             mode=plan.mode,
-            window=self._window_replace(plan),
+            window=self._window_replace(plan, runs),
             full_refresh=plan.full_refresh,
             run_started_at=started,
+            check_stale=plan.mode == "incremental",
+            expected_snapshot_id=table_snapshot,
         )
         run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
         if context.has_partition_key or context.has_partition_key_range:
@@ -520,25 +532,31 @@ class _Runner:
             raise dg.Failure("initial_value in run config needs end_value too (a backfill of [initial_value, end_value))")
         return _Plan(mode="incremental")
 
-    def _stored_states(self, context, io, plan: _Plan) -> dict[str | None, StoredState]:
-        """The cursor in force per scope (None = the asset's own cursor)."""
+    def _stored_states(self, context, io, plan: _Plan) -> tuple[dict[str | None, StoredState], int | None]:
+        """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
+        that holds the cursor of the scope this run advances (for the stale-writer check)."""
         key = context.asset_key
         if plan.full_refresh:
-            return {None: StoredState(state=None, source="none")}
+            table_state = io.committed_state(key)
+            return {None: StoredState(state=None, source="none")}, _snapshot_id(table_state)
         scopes: list[str | None]
         if context.has_partition_key or context.has_partition_key_range:
             scopes = list(context.partition_keys)
         else:
             scopes = [None]
         out: dict[str | None, StoredState] = {}
+        table_snapshot = None
         for scope in scopes:
             dagster_state = latest_dagster_state(context.instance, key, partition=scope)
-            table_state = io.committed_state(key, scope=scope) if scope == plan.scope else None
+            table_state = None
+            if scope == plan.scope:
+                table_state = io.committed_state(key, scope=scope)
+                table_snapshot = _snapshot_id(table_state)
             out[scope] = reconcile(dagster_state, table_state)
         chosen = out.get(plan.scope)
         if chosen is not None and chosen.state is not None:
             context.log.info(f"cursor state from {chosen.source}: {chosen.state.get('last_value')!r}")
-        return out
+        return out, table_snapshot
 
     def _bind(self, context, plan: _Plan, stored: Mapping[str | None, StoredState]) -> dict[str, Any]:
         state_in_force = stored.get(plan.scope).state if plan.scope in stored and stored.get(plan.scope) else None
@@ -568,7 +586,7 @@ class _Runner:
             settings.update(disposition="replace", strategy=None)
         return write_spec_from_settings(io.table_name(asset_key), settings)
 
-    def _window_replace(self, plan: _Plan) -> WindowReplace | None:
+    def _window_replace(self, plan: _Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
         if not plan.window_replace:
             return None
         column = self.settings.window_column
@@ -577,14 +595,13 @@ class _Runner:
         if plan.window is not None:
             start, end = plan.window
         else:
-            run = next(iter(self._last_runs.values()))
+            run = next(iter(runs.values()))
             start, end = run.start_value, run.end_value
         return WindowReplace(column=column, start=start, end=end)
 
     # -- execution -------------------------------------------------------------------------------
 
     def _call(self, context, runs: Mapping[str, Any]):
-        self._last_runs = runs
         kwargs = dict(runs)
         if self.takes_context:
             return self.func(context, **kwargs)
@@ -594,8 +611,35 @@ class _Runner:
         if plan.mode == "backfill":
             return self._unchanged_state(stored, plan.scope)
         if len(runs) == 1:
-            return next(iter(runs.values())).state
-        return {name: run.state for name, run in runs.items()}
+            state = dict(next(iter(runs.values())).state or {})
+        elif runs:
+            state = {name: run.state for name, run in runs.items()}
+        else:
+            state = {"last_value": None}  # an asset without a cursor (e.g. a full snapshot)
+        state[WRITE_KEYS] = self._write_keys()
+        return state
+
+    def _write_keys(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "primary_key": list(s.primary_key),
+            "merge_key": list(s.merge_key),
+            "write_disposition": s.disposition + (f"/{s.strategy}" if s.strategy else ""),
+        }
+
+    def _check_write_keys(self, stored: StoredState | None, plan: _Plan) -> None:
+        """Keys decide what a merge matches: rows written under other keys must not be mixed in."""
+        before = (stored.state or {}).get(WRITE_KEYS) if stored is not None and stored.state else None
+        now = self._write_keys()
+        if plan.full_refresh or before is None or before == now:
+            return
+        changed = ", ".join(f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k])
+        raise CursorStateMismatch(
+            f"the table was written with other keys than the asset now declares ({changed}); "
+            "run a full refresh to rebuild it with the new keys: launch the asset with run config "
+            "`{ops: {" + self.settings.name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
+            "`dagster asset materialize ... --config-json` with the same."
+        )
 
     @staticmethod
     def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
@@ -611,6 +655,10 @@ class _Runner:
             return [None, None]
         end = run.end_value if run.end_value is not None else run.last_value
         return [run.start_value, end]
+
+
+def _snapshot_id(committed: Any) -> int | None:
+    return committed.snapshot_id if committed is not None else None
 
 
 def _cursor_state(state: Any, name: str, count: int) -> Any:

@@ -16,7 +16,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from dagster_incremental import metadata as md
-from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
 from dagster_incremental.spark_session import build_spark_session, spark_conf
 from dagster_incremental.sql import qualified
 from dagster_incremental.write_spec import (
@@ -130,6 +130,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if obj is None:
             return
         if isinstance(obj, IncrementalBatch):
+            if obj.check_stale:
+                self._refuse_stale_writer(context, obj)
             result = self.writer.write(
                 obj.spec,
                 obj.data,
@@ -155,6 +157,19 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "
             "SparkTableIOManager stores pyspark DataFrames (or the output of @incremental_asset)."
         )
+
+    def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch) -> None:
+        """Two runs that read the same cursor must not both commit: the second would load twice."""
+        current = self.writer.read_committed_state(batch.spec.table, scope=batch.commit.scope)
+        current_id = current.snapshot_id if current is not None else None
+        if current_id != batch.expected_snapshot_id:
+            other = current.run_id if current is not None else "unknown"
+            raise ConcurrentRunError(
+                f"asset {context.asset_key.to_user_string()}: another run ({other}) committed to "
+                f"{batch.spec.table.replace('`', '')} after this run read its cursor, so this run wrote "
+                "nothing. Runs of one incremental asset must take turns: limit its concurrency pool "
+                "to 1 (dagster.yaml: `concurrency: {pools: {default_limit: 1}}`), then re-run."
+            )
 
     def load_input(self, context: dg.InputContext):
         upstream = context.upstream_output

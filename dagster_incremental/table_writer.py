@@ -63,6 +63,7 @@ __all__ = [
 HELPER_PREFIX = "__di_"
 # In a window-replace MERGE source: TRUE for a row to insert, FALSE for the one "delete" row.
 WINDOW_OP = "__di_window_insert"
+KEY_DELETE_OP = "__di_key_delete"  # window source rows that delete a key outside the window
 _WINDOW_VIOLATION = "dagster_incremental: a batch row lies outside the window it replaces"
 
 DEFAULT_TABLE_PROPERTIES: Mapping[str, str] = {
@@ -348,9 +349,16 @@ class TableWriter:
 
         if window is not None:
             rows = aligned
+            moved_keys = None
+            if rows is not None and spec.disposition == "merge" and spec.primary_key:
+                # A key whose row now lies in this window may still have its old version in
+                # another window: delete the batch's keys (tombstones too) wherever they are.
+                moved_keys = rows.select(*(F.col(quote(k)) for k in spec.primary_key)).distinct()
             if rows is not None and helpers:
                 rows = self._rows_to_insert(rows, helpers)
-            return self._replace_window(dialect, spec, rows, table_schema, window, props, commit_id)
+            return self._replace_window(
+                dialect, spec, rows, table_schema, window, props, commit_id, moved_keys=moved_keys
+            )
         if spec.disposition == "append" or (spec.disposition == "merge" and aligned is None):
             frame = aligned if aligned is not None else _empty(spark, table_schema)
             with conflicts_as_concurrent_run(spec.table):
@@ -410,8 +418,15 @@ class TableWriter:
         window: WindowReplace,
         props: Mapping[str, str],
         commit_id: str,
+        *,
+        moved_keys: DataFrame | None = None,
     ) -> WriteResult:
         """Replace the rows in [start, end) of window.column by `rows`, in ONE MERGE.
+
+        With `moved_keys` (merge tables with a primary key), target rows OUTSIDE the window whose
+        key is among them are deleted too, so a backfill keeps one row per key even when a key's
+        cursor value moved between windows (exactly-once per key, DESIGN.md). Those source rows
+        only match outside the window, so every target row still matches at most one source row.
 
         Why not `writeTo().overwrite(condition)`: Iceberg refuses it when a data file holds rows
         on both sides of the condition (verified: "Cannot delete file where some, but not all,
@@ -431,6 +446,7 @@ class TableWriter:
         delete_row = spark.range(1).select(
             *(F.lit(None).cast(f.dataType).alias(f.name) for f in table_schema.fields),
             F.lit(False).alias(WINDOW_OP),
+            F.lit(False).alias(KEY_DELETE_OP),
         )
         # A batch row outside the window would land outside it and survive every re-run of the
         # window (duplicates). The check rides in the insert flag, which the MERGE evaluates for
@@ -442,7 +458,7 @@ class TableWriter:
         if window.end is not None:
             inside = inside & (ref < F.lit(_param(window.end)))
         flag = F.when(inside, F.lit(True)).otherwise(F.raise_error(F.lit(_WINDOW_VIOLATION)).cast("boolean"))
-        source = rows.select(*(F.col(quote(n)) for n in names), flag.alias(WINDOW_OP))
+        source = rows.select(*(F.col(quote(n)) for n in names), flag.alias(WINDOW_OP), F.lit(False).alias(KEY_DELETE_OP))
         source = source.unionByName(delete_row)
         target_col = f"t.{quote(column)}"
         bounds, args = [], {}
@@ -452,7 +468,24 @@ class TableWriter:
         if window.end is not None:
             bounds.append(f"{target_col} < :di_window_end")
             args["di_window_end"] = _param(window.end)
-        condition = " AND ".join([f"NOT s.{quote(WINDOW_OP)}", *bounds])
+        in_window = " AND ".join(bounds) or "TRUE"
+        condition = f"NOT s.{quote(WINDOW_OP)} AND NOT s.{quote(KEY_DELETE_OP)} AND {in_window}"
+        if moved_keys is not None:
+            keys = [_resolve_column(spec.table, table_schema, k) for k in spec.primary_key]
+            key_rows = moved_keys.select(
+                *(
+                    (F.col(quote(f.name)) if f.name in keys else F.lit(None)).cast(f.dataType).alias(f.name)
+                    for f in table_schema.fields
+                ),
+                F.lit(False).alias(WINDOW_OP),
+                F.lit(True).alias(KEY_DELETE_OP),
+            )
+            source = source.unionByName(key_rows)
+            same_key = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+            condition = (
+                f"({condition}) OR (s.{quote(KEY_DELETE_OP)} AND {same_key} "
+                f"AND NOT coalesce({in_window}, FALSE))"
+            )
         view = f"di_window_{commit_id}"
         source.createOrReplaceTempView(view)
         text = (

@@ -92,3 +92,8 @@ class IncrementalBatch:
     window: WindowReplace | None = None  # replace exactly this window (partition runs, backfills)
     full_refresh: bool = False
     run_started_at: Any = None  # datetime; scd2's default boundary
+    # Stale-writer check: the snapshot that held this scope's cursor when the run read it
+    # (None: no cursor was committed yet). The IO manager refuses to commit if another run
+    # committed a cursor for the scope in between.
+    check_stale: bool = False
+    expected_snapshot_id: int | None = None

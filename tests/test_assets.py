@@ -63,6 +63,16 @@ def materialization(result: dg.ExecuteInProcessResult, partition: str | None = N
     return mats[-1].materialization.metadata
 
 
+def failure_text(result: dg.ExecuteInProcessResult) -> str:
+    """The step failure's message with its whole cause chain (what the UI shows)."""
+    error = result.get_step_failure_events()[0].step_failure_data.error
+    parts = []
+    while error is not None:
+        parts.append(error.message)
+        error = error.cause
+    return "\n".join(parts)
+
+
 def run(asset, instance, io, **kwargs) -> dg.ExecuteInProcessResult:
     return dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=kwargs.pop("run_config", QUIET), **kwargs)
 
@@ -229,3 +239,69 @@ def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, 
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert "broken" in str(failure.message) and "str" in str(failure.message)
     assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).replace("`", ""))
+
+
+def test_changed_keys_are_reported_and_need_a_full_refresh(spark, instance, io_manager, config_file):
+    source = [{"id": i, "region": "eu", "updated_at": iso(i)} for i in range(1, 3)]
+
+    def define(primary_key):
+        @incremental_asset(name="orders_keys", primary_key=primary_key, write_disposition="merge", config_path=config_file)
+        def orders_keys(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+            return list(source)
+
+        return orders_keys
+
+    assert run(define("id"), instance, io_manager).success
+    changed = define(["id", "region"])
+    result = run(changed, instance, io_manager, raise_on_error=False)
+    assert not result.success
+    message = failure_text(result)
+    assert "primary_key ['id'] -> ['id', 'region']" in message and "full_refresh" in message
+    refreshed = run(changed, instance, io_manager, run_config={**QUIET, "ops": {"orders_keys": {"config": {"full_refresh": True}}}})
+    assert refreshed.success and len(table_rows(spark, io_manager, "orders_keys")) == 2
+    assert run(changed, instance, io_manager).success  # and it carries on with the new keys
+
+
+def test_a_stale_writer_is_refused_and_writes_nothing(spark, instance, io_manager, config_file):
+    from dagster_incremental.io_manager import write_spec_from_settings
+    from dagster_incremental.write_spec import CommitInfo
+
+    source = [{"id": 1, "updated_at": iso(1)}]
+    interloper = {"armed": False}
+
+    @incremental_asset(write_disposition="append", config_path=config_file)
+    def orders_race(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        if interloper["armed"]:  # another run commits while this one is extracting
+            interloper["armed"] = False
+            table = io_manager.table_name(dg.AssetKey("orders_race"))
+            spec = write_spec_from_settings(table, {"disposition": "append"})
+            other = spark.createDataFrame([(2, datetime(2024, 1, 2))], "id bigint, updated_at timestamp")
+            io_manager.writer.write(spec, other, commit=CommitInfo(state={"last_value": iso(2)}, run_id="other-run"))
+        return list(source)
+
+    run(orders_race, instance, io_manager)
+    source.append({"id": 3, "updated_at": iso(3)})
+    interloper["armed"] = True
+    result = run(orders_race, instance, io_manager, raise_on_error=False)
+    assert not result.success
+    assert "another run (other-run) committed" in failure_text(result)
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_race")] == [1, 2]  # nothing from the loser
+    assert orders_race.op.pool == "incremental/orders_race"
+
+
+def test_append_after_a_boundary_overflow_loads_no_duplicates(spark, instance, io_manager, config_file, monkeypatch):
+    import dagster_incremental.boundary as boundary
+
+    monkeypatch.setattr(boundary, "BOUNDARY_KEY_LIMIT", 2)
+    source = [{"id": i, "updated_at": iso(1)} for i in range(5)]  # 5 rows share one cursor value
+
+    @incremental_asset(primary_key="id", write_disposition="append", config_path=config_file)
+    def orders_overflow(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    first = run(orders_overflow, instance, io_manager)
+    assert materialization(first)["dagster_incremental/state"].value["boundary"]["overflow"] is True
+    source.append({"id": 5, "updated_at": iso(1)})  # a new row at the same value
+    second = run(orders_overflow, instance, io_manager)
+    assert [r["id"] for r in table_rows(spark, io_manager, "orders_overflow")] == [0, 1, 2, 3, 4, 5]
+    assert materialization(second)["dagster_incremental/rows_inserted"].value == 1

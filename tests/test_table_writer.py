@@ -387,6 +387,29 @@ def test_merge_with_the_real_strategies(spark, writer, table):
     assert (window_result.rows_inserted, window_result.rows_deleted) == (1, 1)
 
 
+def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(spark, writer, table):
+    """A key updated into a later window leaves no old version behind in its earlier window."""
+    spec = WriteSpec(
+        table=table, disposition="merge", strategy="delete-insert", primary_key=("id",),
+        hard_delete_column="deleted", cursor_column="day",
+    )
+    schema = "id bigint, day date, v string, deleted boolean"
+    d = dt.date
+    writer.write(
+        spec,
+        frame(spark, [(1, d(2024, 1, 1), "a", False), (2, d(2024, 1, 1), "b", False), (3, d(2024, 1, 2), "c", False)], schema),
+        commit=info(1),
+    )
+    # the source now has id 1 updated on day 5 and id 2 deleted (its tombstone sits on day 5)
+    writer.write(
+        spec,
+        frame(spark, [(1, d(2024, 1, 5), "a2", False), (2, d(2024, 1, 5), None, True)], schema),
+        commit=info(2),
+        window=WindowReplace("day", d(2024, 1, 5), d(2024, 1, 6)),
+    )
+    assert contents(spark, table) == [(1, d(2024, 1, 5), "a2", False), (3, d(2024, 1, 2), "c", False)]
+
+
 # -- hostile identifiers -------------------------------------------------------------------------
 
 HOSTILE = ["select", "from", "a`b", "it's", "two words"]
