@@ -94,6 +94,19 @@ class AssetSettings:
                 return path
         return None
 
+    def warnings(self) -> list[str]:
+        """Settings that have no effect with this disposition (dlt warns about the same ones)."""
+        out = []
+        if self.disposition == "merge" and self.strategy == "delete-insert" and not (self.primary_key or self.merge_key):
+            out.append("merge/delete-insert without primary_key or merge_key appends every row (nothing to match on)")
+        if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
+            out.append("upsert ignores merge_key; it matches on primary_key only")
+        if self.dedup_sort and not self.primary_key:
+            out.append(f"dedup_sort on {self.dedup_sort[0]!r} is ignored without a primary_key")
+        if self.disposition != "merge" and self.hard_delete_column:
+            out.append(f"hard_delete on {self.hard_delete_column!r} only applies to disposition = \"merge\"")
+        return [f"asset {self.name!r}: {text}" for text in out]
+
     def write_settings(self) -> dict[str, Any]:
         return {
             "disposition": self.disposition,
@@ -461,6 +474,8 @@ class _Runner:
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
         started = datetime.now(timezone.utc)
+        for warning in self.settings.warnings():
+            context.log.warning(warning)
         io = getattr(context.resources, self.io_manager_key)
         plan = self._plan(context, config)
         stored, table_snapshot = self._stored_states(context, io, plan)

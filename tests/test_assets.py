@@ -305,3 +305,36 @@ def test_append_after_a_boundary_overflow_loads_no_duplicates(spark, instance, i
     second = run(orders_overflow, instance, io_manager)
     assert [r["id"] for r in table_rows(spark, io_manager, "orders_overflow")] == [0, 1, 2, 3, 4, 5]
     assert materialization(second)["dagster_incremental/rows_inserted"].value == 1
+
+
+def test_merge_without_keys_appends_and_says_so_in_the_run_log(spark, instance, io_manager, config_file):
+    source = [{"v": 1, "updated_at": iso(1)}]
+
+    @incremental_asset(write_disposition="merge", config_path=config_file)
+    def keyless(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    result = run(keyless, instance, io_manager)
+    source.append({"v": 1, "updated_at": iso(2)})
+    run(keyless, instance, io_manager)
+    assert len(table_rows(spark, io_manager, "keyless", "updated_at")) == 2
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.level >= 30]
+    assert any("without primary_key or merge_key appends every row" in m for m in logs)
+
+
+def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_manager, config_file):
+    source = [{"id": 1, "updated_at": iso(1), "created_at": iso(1)}]
+
+    def define(path):
+        @incremental_asset(name="orders_path", primary_key="id", write_disposition="merge", config_path=config_file)
+        def orders_path(cursor: Incremental = incremental(path, initial_value=iso(1))):
+            return list(source)
+
+        return orders_path
+
+    assert run(define("updated_at"), instance, io_manager).success
+    result = run(define("created_at"), instance, io_manager, raise_on_error=False)
+    assert not result.success
+    message = failure_text(result)
+    assert "orders_path" in message and "updated_at" in message and "created_at" in message
+    assert "full refresh" in message
