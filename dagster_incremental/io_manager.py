@@ -145,9 +145,16 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if _is_spark_frame(obj):
             spec = self._spec_from_definition(context)
             window = None
-            if context.has_asset_partitions and spec.cursor_column:
+            if context.has_asset_partitions:
+                column = _meta_value(context.definition_metadata, "partition_expr") or spec.cursor_column
+                if not column:
+                    raise IncrementalConfigError(
+                        f"asset {context.asset_key.to_user_string()} is partitioned, but SparkTableIOManager "
+                        "does not know which column holds the partition's time; add it to the asset, e.g. "
+                        '@asset(metadata={"partition_expr": "event_date"})'
+                    )
                 tw = context.asset_partitions_time_window
-                window = WindowReplace(column=spec.cursor_column, start=tw.start, end=tw.end)
+                window = WindowReplace(column=column, start=tw.start, end=tw.end)
             result = self.writer.write(
                 spec, obj, commit=CommitInfo(state=None, run_id=context.run_id), window=window
             )
@@ -177,7 +184,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         frame = self.spark.table(self.table_name(key))
         window_column = None
         if upstream is not None:
-            window_column = (upstream.definition_metadata or {}).get(md.DEF_WINDOW_COLUMN)
+            meta = upstream.definition_metadata
+            window_column = _meta_value(meta, md.DEF_WINDOW_COLUMN) or _meta_value(meta, "partition_expr")
         if context.has_asset_partitions and window_column:
             from pyspark.sql import functions as F
 
@@ -187,7 +195,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         return frame
 
     def _spec_from_definition(self, context: dg.OutputContext) -> WriteSpec:
-        settings = dict((context.definition_metadata or {}).get(md.DEF_WRITE_SETTINGS) or {})
+        settings = dict(_meta_value(context.definition_metadata, md.DEF_WRITE_SETTINGS) or {})
         settings.setdefault("disposition", "replace")
         return write_spec_from_settings(self.table_name(context.asset_key), settings)
 
@@ -216,6 +224,12 @@ def _result_metadata(table: str, result: WriteResult) -> dict[str, Any]:
         md.TABLE_NAME: dg.MetadataValue.text(table.replace("`", "")),
         md.COLUMN_SCHEMA: dg.MetadataValue.table_schema(md.table_schema(result.schema)),
     }
+
+
+def _meta_value(metadata: Mapping[str, Any] | None, key: str) -> Any:
+    """A definition metadata value, unwrapped from Dagster's MetadataValue."""
+    value = (metadata or {}).get(key)
+    return getattr(value, "value", value)
 
 
 def _is_spark_frame(obj: Any) -> bool:

@@ -338,3 +338,36 @@ def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_m
     message = failure_text(result)
     assert "orders_path" in message and "updated_at" in message and "created_at" in message
     assert "full refresh" in message
+
+
+def test_partitioned_downstream_reads_its_window_and_writes_it_back(spark, instance, io_manager, config_file):
+    from pyspark.sql import functions as F
+
+    parts = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-05")
+    source = [{"event_id": f"e{d}-{h}", "event_time": iso(d, h)} for d in range(1, 5) for h in range(d)]
+
+    @incremental_asset(primary_key="event_id", partitions_def=parts, config_path=config_file)
+    def events_up(event_time: Incremental = incremental("event_time")):
+        return [r for r in source if event_time.start_value <= datetime.fromisoformat(r["event_time"]) < event_time.end_value]
+
+    @dg.asset(partitions_def=parts, metadata={"partition_expr": "day"})
+    def daily_counts(events_up):
+        return events_up.groupBy(F.to_date("event_time").alias("day")).count()
+
+    tags = {"dagster/asset_partition_range_start": "2024-01-01", "dagster/asset_partition_range_end": "2024-01-04"}
+    assert dg.materialize([events_up, daily_counts], instance=instance, resources={"io_manager": io_manager}, tags=tags, run_config=QUIET).success
+    rerun = dg.materialize([events_up, daily_counts], instance=instance, resources={"io_manager": io_manager}, partition_key="2024-01-03", run_config=QUIET)
+    assert rerun.success
+    counts = {str(r["day"]): r["count"] for r in table_rows(spark, io_manager, "daily_counts", "day")}
+    assert counts == {"2024-01-01": 1, "2024-01-02": 2, "2024-01-03": 3, "2024-01-04": 4}  # no day doubled
+
+
+def test_partitioned_plain_asset_without_partition_expr_gets_a_clear_error(spark, instance, io_manager):
+    parts = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-03")
+
+    @dg.asset(partitions_def=parts)
+    def unplaced(context):
+        return context.resources.io_manager.spark.range(1)
+
+    result = dg.materialize([unplaced], instance=instance, resources={"io_manager": io_manager}, partition_key="2024-01-01", raise_on_error=False, run_config=QUIET)
+    assert not result.success and 'metadata={"partition_expr"' in failure_text(result)
