@@ -8,6 +8,7 @@ catalog settings follow from `[destination]`. The resulting flat conf dict is wh
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,9 @@ def spark_conf(
         # An embedded session talks to nobody: keep the driver on loopback.
         out["spark.driver.host"] = "127.0.0.1"
         out["spark.driver.bindAddress"] = "127.0.0.1"
+        # Python workers run in this interpreter's environment (pyarrow, pandas for the cursor
+        # filter's pandas UDF), even when a virtualenv was not activated.
+        out["spark.pyspark.python"] = sys.executable
     user = {k: str(v) for k, v in (conf or {}).items()}
     if table_format == "iceberg":
         if "spark.jars" not in user and "spark.jars.packages" not in user:

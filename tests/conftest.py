@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
 
 # Keep Spark on loopback: no UI, no binding to the machine's public interface.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", "python3"))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use the test interpreter
 
 TEST_CATALOG = "lake"
 
