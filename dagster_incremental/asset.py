@@ -83,7 +83,6 @@ class AssetSettings:
     pool: str | None
     cursors: Mapping[str, Incremental]  # parameter name -> spec
     table: str
-    config_location: str
 
     @property
     def window_column(self) -> str | None:
@@ -241,7 +240,6 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         pool=given.get("concurrency_pool"),
         cursors=cursors,
         table=table,
-        config_location=str(cfg.path) if cfg.path else "(no config file)",
     )
 
 
