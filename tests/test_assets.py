@@ -371,3 +371,27 @@ def test_partitioned_plain_asset_without_partition_expr_gets_a_clear_error(spark
 
     result = dg.materialize([unplaced], instance=instance, resources={"io_manager": io_manager}, partition_key="2024-01-01", raise_on_error=False, run_config=QUIET)
     assert not result.success and 'metadata={"partition_expr"' in failure_text(result)
+
+
+def test_a_cursor_reported_by_hand_wins_over_the_table(spark, instance, io_manager, config_file):
+    source = [{"id": i, "v": "a", "updated_at": iso(i)} for i in range(1, 5)]
+    starts = []
+
+    @incremental_asset(primary_key="id", write_disposition="merge", config_path=config_file)
+    def orders_reset(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        starts.append(str(updated_at.start_value))
+        return list(source)
+
+    run(orders_reset, instance, io_manager)
+    source[2]["v"] = "corrected"  # the source fixed day 3 without touching updated_at
+    # an operator rewinds the cursor to day 2 to re-read the corrected period
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key="orders_reset",
+            metadata={"dagster_incremental/state": {"last_value": iso(2)}, "dagster_incremental/mode": "incremental"},
+        )
+    )
+    result = run(orders_reset, instance, io_manager)
+    assert starts[-1].startswith("2024-01-02")
+    assert materialization(result)["dagster_incremental/rows_updated"].value == 1  # only the correction changed
+    assert [r["v"] for r in table_rows(spark, io_manager, "orders_reset")] == ["a", "a", "corrected", "a"]
