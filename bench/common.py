@@ -1,0 +1,272 @@
+"""Helpers shared by the benchmarks: a throw-away Dagster home + warehouse, a loopback-only Spark
+conf, memory and machine-load readings, and the one-JSON-line output.
+
+Nothing here talks to the network: Spark runs on local[*] bound to 127.0.0.1 with its UI off,
+and the Dagster instance has telemetry disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Before pyspark starts a JVM: keep it on loopback.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+CATALOG = "lake"
+NAMESPACE = "bench"
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def spark_extra_conf(master: str = "local[*]", shuffle_partitions: int = 4) -> dict[str, str]:
+    """Spark settings every benchmark uses on top of the library's defaults."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.driver.memory": os.environ.get("BENCH_DRIVER_MEMORY", "4g"),
+    }
+
+
+@dataclass
+class Workdir:
+    root: Path
+    dagster_home: Path
+    warehouse: Path
+    config: Path
+
+
+@contextlib.contextmanager
+def workdir(prefix: str, config_toml: str = "") -> Iterator[Workdir]:
+    """A temp folder holding DAGSTER_HOME (telemetry off), the warehouse and a config.toml.
+
+    `config_toml` is appended after the [destination] section pointing at the warehouse.
+    Everything is removed afterwards, and DAGSTER_HOME is restored.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    home = root / "dagster_home"
+    warehouse = root / "warehouse"
+    home.mkdir()
+    warehouse.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    config = root / "config.toml"
+    config.write_text(
+        f'[destination]\nformat = "iceberg"\ncatalog = "{CATALOG}"\nnamespace = "{NAMESPACE}"\n'
+        f'warehouse = "{warehouse}"\n\n{config_toml}'
+    )
+    old_home = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        yield Workdir(root, home, warehouse, config)
+    finally:
+        if old_home is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = old_home
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4):
+    """The SparkTableIOManager a user would configure, on this workdir's warehouse."""
+    from dagster_incremental import SparkTableIOManager
+
+    return SparkTableIOManager(
+        master=master,
+        app_name="dagster-incremental-bench",
+        spark_config=spark_extra_conf(master, shuffle_partitions),
+        catalog=CATALOG,
+        namespace=NAMESPACE,
+        warehouse=str(wd.warehouse),
+    )
+
+
+def start_spark(io) -> tuple[Any, float]:
+    """Build the IO manager's session (quiet logs); returns it and the seconds it took."""
+    t = time.perf_counter()
+    spark = io.spark
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, round(time.perf_counter() - t, 3)
+
+
+def py_peak_rss_mb() -> float:
+    """Peak resident set of THIS Python process so far (Linux ru_maxrss is in KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def py_rss_mb() -> float:
+    """Current resident set of this Python process."""
+    try:
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[1])
+        return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except OSError:  # pragma: no cover - non-Linux
+        return float("nan")
+
+
+def _proc_status_kb(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def jvm_pid(spark) -> int | None:
+    try:
+        return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # noqa: BLE001 - reporting only
+        return None
+
+
+def jvm_peak_rss_mb(spark) -> float | None:
+    """Peak resident set (VmHWM) of Spark's JVM, a separate process from this one."""
+    pid = jvm_pid(spark)
+    kb = _proc_status_kb(pid, "VmHWM") if pid else None
+    return round(kb / 1024, 1) if kb else None
+
+
+def workers_rss_mb(spark) -> float | None:
+    """Current RSS summed over the JVM's child processes (pyspark Python workers), if any."""
+    pid = jvm_pid(spark)
+    if not pid:
+        return None
+    total = 0
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        kb = _proc_status_kb(int(child), "VmHWM")
+        total += kb or 0
+    return round(total / 1024, 1)
+
+
+def machine() -> dict[str, Any]:
+    """Load average and core count at the time of the measurement."""
+    one, five, fifteen = os.getloadavg()
+    return {
+        "loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)],
+        "cpus": os.cpu_count(),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def emit(record: dict[str, Any]) -> None:
+    """The benchmark's one line on stdout (everything else goes to stderr)."""
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def log(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+# -- phase timers ---------------------------------------------------------------------------------
+# Read-only instrumentation: wrap library functions in THIS process (no library file changes) and
+# add up the wall time spent in each, per run. A name may be "module:function" or
+# "module:Class.method"; every dagster_incremental module that imported the function by name gets
+# the wrapper too.
+
+PHASES = (
+    "dagster_incremental.asset:_Runner._stored_states",
+    "dagster_incremental.staging:stage_batches",
+    "dagster_incremental.staging:_page_to_arrow",
+    "dagster_incremental.staging:arrow_to_spark",
+    "dagster_incremental.boundary_check:drop_rows_already_loaded",
+    "dagster_incremental.io_manager:SparkTableIOManager._refuse_stale_writer",
+    "dagster_incremental.table_writer:TableWriter.write",
+    "dagster_incremental.merge_strategies:prepare_batch",
+    "dagster_incremental.table_writer:TableWriter._merge",
+    "dagster_incremental.partitioning:partition_bounds",
+    "dagster_incremental.commit:with_commit_properties",
+    "dagster_incremental.table_writer:TableWriter._result",
+    "dagster_incremental.table_writer:TableWriter._changed_rows",
+    "dagster_incremental.commit:find_snapshot",
+    "dagster_incremental.commit:read_committed_state",
+)
+
+
+class PhaseTimer:
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def reset(self) -> dict[str, float]:
+        out = {k: round(v, 3) for k, v in self.totals.items()}
+        out.update({f"{k}#calls": n for k, n in self.calls.items() if n > 1})
+        self.totals, self.calls = {}, {}
+        return out
+
+    def add(self, name: str, seconds: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + seconds
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def wrap(self, name: str, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(name, time.perf_counter() - t)
+
+        timed.__wrapped_by_bench__ = True
+        return timed
+
+    def timed_iter(self, name: str, iterator):
+        """Time spent producing each item of `iterator` (e.g. the source generating pages)."""
+        it = iter(iterator)
+        while True:
+            t = time.perf_counter()
+            try:
+                item = next(it)
+            except StopIteration:
+                self.add(name, time.perf_counter() - t)
+                return
+            self.add(name, time.perf_counter() - t)
+            yield item
+
+
+def instrument(names=PHASES) -> PhaseTimer:
+    import importlib
+
+    timer = PhaseTimer()
+    for target in names:
+        module_name, _, qual = target.partition(":")
+        module = importlib.import_module(module_name)
+        short = qual.split(".")[-1]
+        if "." in qual:
+            cls_name, meth = qual.split(".")
+            cls = getattr(module, cls_name)
+            original = cls.__dict__[meth]
+            setattr(cls, meth, timer.wrap(short, original))
+            continue
+        original = getattr(module, qual)
+        wrapped = timer.wrap(short, original)
+        for mod_name, mod in list(sys.modules.items()):
+            if mod_name.startswith("dagster_incremental") and getattr(mod, qual, None) is original:
+                setattr(mod, qual, wrapped)
+    return timer

@@ -1,0 +1,144 @@
+"""The orders benchmark: the shared workload through a real @incremental_asset, as Dagster runs it.
+
+One process, one persistent (temporary) Dagster instance, one SparkTableIOManager; run 0 loads
+`rows` orders, runs 1.. load `changes` changed orders each (half updates, half new ids), upsert
+on `id`, incremental on `updated_at`, all through `dg.materialize`. Same settings as
+../shared/bench/peer_dlt.py (initial_value 2023-01-01, merge/upsert, primary key id).
+
+    python -m bench.orders --rows 1000000 --changes 10000 --runs 6
+    python -m bench.orders --rows 20000 --changes 1000 --runs 3 --verify    # checks the table
+    python -m bench.orders --profile /tmp/orders.prof                       # cProfile of run 0
+
+Prints ONE JSON line: seconds per run (Spark session start excluded, reported as spark_start_s),
+total, rows in the table, peak RSS of this Python process after run 0 and at the end (the JVM's
+peak separately), and the machine's load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io as _io
+import pstats
+import time
+
+from bench import common
+from bench.workload import expected_table, pages
+
+CONFIG = """\
+[assets.orders]
+write_disposition = { disposition = "merge", strategy = "upsert" }
+primary_key = ["id"]
+
+[assets.orders.updated_at]
+cursor_path = "updated_at"
+initial_value = "2023-01-01T00:00:00Z"
+"""
+
+
+def build_asset(config_path: str, state: dict, rows: int, changes: int, timer=None):
+    import dagster as dg
+
+    from dagster_incremental import Incremental, incremental_asset
+
+    @incremental_asset(config_path=config_path)
+    def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+        source = pages(state["run"], rows, changes)
+        yield from (timer.timed_iter("source_pages", source) if timer else source)
+
+    return orders
+
+
+def verify(spark, table: str, runs: int, rows: int, changes: int) -> None:
+    """The table must equal the workload's expected upsert result (small sizes only)."""
+    expected = expected_table(runs, rows, changes)
+    got = {r["id"]: r for r in (row.asDict() for row in spark.table(table).collect())}
+    assert set(got) == set(expected), f"ids differ: {len(got)} vs {len(expected)}"
+    for key, want in expected.items():
+        have = got[key]
+        for col in ("customer_id", "status", "amount", "version"):
+            assert have[col] == want[col], (key, col, have[col], want[col])
+        stamp = have["updated_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert stamp == want["updated_at"], (key, stamp, want["updated_at"])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--changes", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--profile", help="write a cProfile of run 0 to this file (top 40 to stderr)")
+    ap.add_argument("--no-phases", action="store_true", help="do not time library phases")
+    ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
+    args = ap.parse_args(argv)
+
+    import dagster as dg
+
+    state = {"run": 0}
+    with common.workdir("bench_orders_", CONFIG) as wd:
+        instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
+        io = common.io_manager(wd, args.master)
+        spark, spark_start = common.start_spark(io)
+        timer = None if args.no_phases else common.instrument()
+        asset = build_asset(str(wd.config), state, args.rows, args.changes, timer)
+        rss_before = common.py_rss_mb()
+        seconds: list[float] = []
+        peak_first = None
+        meta: list[dict] = []
+        phases: list[dict] = []
+        for run in range(args.runs):
+            state["run"] = run
+            prof = cProfile.Profile() if (args.profile and run == 0) else None
+            t = time.perf_counter()
+            if prof:
+                prof.enable()
+            result = dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=common.QUIET)
+            if prof:
+                prof.disable()
+            seconds.append(round(time.perf_counter() - t, 3))
+            assert result.success, "run failed"
+            phases.append(timer.reset() if timer else {})
+            m = result.get_asset_materialization_events()[-1].materialization.metadata
+            meta.append({k.split("/")[-1]: m[k].value for k in (
+                "dagster_incremental/rows_inserted", "dagster_incremental/rows_updated", "dagster/row_count")})
+            if run == 0:
+                peak_first = common.py_peak_rss_mb()
+            if prof:
+                prof.dump_stats(args.profile)
+                out = _io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
+                common.log(out.getvalue())
+            common.log(f"run {run}: {seconds[-1]} s {meta[-1]} {phases[-1]}")
+        table = io.table_name(dg.AssetKey("orders"))
+        n = spark.table(table).count()
+        if args.verify:
+            verify(spark, table, args.runs, args.rows, args.changes)
+        record = {
+            "bench": "orders",
+            "engine": "dagster-incremental+iceberg",
+            "rows": args.rows,
+            "changes": args.changes,
+            "runs": args.runs,
+            "seconds": seconds,
+            "total": round(sum(seconds), 3),
+            "table_rows": n,
+            "spark_start_s": spark_start,
+            "py_rss_before_mb": rss_before,
+            "py_peak_rss_first_run_mb": peak_first,
+            "py_peak_rss_mb": common.py_peak_rss_mb(),
+            "jvm_peak_rss_mb": common.jvm_peak_rss_mb(spark),
+            "py_workers_peak_rss_mb": common.workers_rss_mb(spark),
+            "per_run": meta,
+            "phases": phases,
+            "verified": bool(args.verify),
+            **common.machine(),
+        }
+        spark.stop()
+        instance.dispose()
+    common.emit(record)
+    return record
+
+
+if __name__ == "__main__":
+    main()
