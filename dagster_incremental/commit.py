@@ -212,6 +212,9 @@ def read_committed_state(
     """
     if not spark.catalog.tableExists(table):
         return None
+    # Another process (a run killed after its commit, a concurrent run) may have committed since
+    # this session cached the table's metadata (Iceberg's catalog cache): read the newest.
+    spark.catalog.refreshTable(table)
     args: dict[str, Any] = {"state_key": STATE_PROPERTY}
     scope_filter = ""
     if scope is not None:

@@ -129,10 +129,32 @@ def _page_to_arrow(page: list[dict], asset: str):
         return pa.Table.from_pylist(page)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         column = _conflicting_column(page)
+        if column is None:
+            column, value = _unstorable_value(page)
+            if column is not None:
+                shown = repr(value)[:120]
+                raise DataShapeError(
+                    f"asset {asset!r}: column {column!r} holds a {type(value).__name__} ({shown}), which "
+                    "can't be stored in a table; yield str, int, float, bool, date/datetime, Decimal, "
+                    f"bytes, or lists/dicts of those ({exc})"
+                ) from exc
         raise DataShapeError(
             f"asset {asset!r}: rows disagree on the type of column {column!r} ({exc}); "
             "every row must give a column values of one type"
         ) from exc
+
+
+def _unstorable_value(page: list[dict]) -> tuple[str | None, Any]:
+    """The first column (and value) Arrow cannot convert even on its own (only on the error path)."""
+    import pyarrow as pa
+
+    for row in itertools.islice(page, 10_000):
+        for key, value in row.items():
+            try:
+                pa.array([value])
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return key, value
+    return None, None
 
 
 def _conflicting_column(page: list[dict]) -> str | None:

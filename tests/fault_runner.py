@@ -1,0 +1,118 @@
+"""Run one materialization of a test asset in its own process and SIGKILL it at a chosen point.
+
+Used by tests/test_faults.py. Everything comes from the environment:
+    DAGSTER_HOME          a persistent Dagster instance folder (shared with the test)
+    FAULT_CONFIG          the config.toml the asset is defined from
+    FAULT_SOURCE          a JSON file with the source rows the asset's function returns
+    FAULT_ASSET           the asset name; FAULT_STRATEGY its disposition (append, upsert, ...);
+                          several assets: FAULT_ASSET="a:append,b:upsert" (FAULT_STRATEGY unused)
+    FAULT_POINT           where to die (see POINTS); "none" runs normally
+    FAULT_WAREHOUSE, FAULT_NAMESPACE   the destination
+
+The kill is applied by monkeypatching the library from here; the library has no fault hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+POINTS = ("none", "mid-stream", "during-commit", "after-commit", "event-recording")
+
+
+def die() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # never reached
+
+
+def main() -> int:
+    point = os.environ["FAULT_POINT"]
+    assert point in POINTS, point
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import dagster as dg
+
+    from attack_support import QUIET, source_asset
+    from dagster_incremental import SparkTableIOManager
+    from dagster_incremental import table_writer
+
+    rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
+
+    def source():
+        for i, row in enumerate(rows):
+            if point == "mid-stream" and i == len(rows) // 2:
+                die()
+            yield row
+
+    named = [item.split(":") for item in os.environ["FAULT_ASSET"].split(",")]
+    if len(named[0]) == 1:
+        named = [[named[0][0], os.environ["FAULT_STRATEGY"]]]
+    assets = [
+        source_asset(name, os.environ["FAULT_CONFIG"], strategy, source, merge_key="id" if strategy == "scd2" else None)
+        for name, strategy in named
+    ]
+    io = SparkTableIOManager(
+        catalog="lake", namespace=os.environ["FAULT_NAMESPACE"], warehouse=os.environ["FAULT_WAREHOUSE"],
+        master="local[1]",
+        spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1"},
+    )
+
+    if point == "during-commit":
+        # Die while the commit statement runs: a timer fires shortly after it starts (before,
+        # during or after Iceberg's atomic metadata swap; every outcome must heal).
+        original_cm = table_writer.conflicts_as_concurrent_run
+
+        def dying_cm(table):
+            threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
+            return original_cm(table)
+
+        table_writer.conflicts_as_concurrent_run = dying_cm
+    elif point == "after-commit":
+        original_write = table_writer.TableWriter.write
+
+        def write_then_die(self, *args, **kwargs):
+            original_write(self, *args, **kwargs)
+            die()
+
+        table_writer.TableWriter.write = write_then_die
+    elif point == "event-recording":
+        from dagster._core.instance import DagsterInstance
+
+        original_handle = DagsterInstance.handle_new_event
+
+        def handle(self, event, *args, **kwargs):
+            dagster_event = getattr(event, "dagster_event", None)
+            if dagster_event is not None and dagster_event.event_type_value == "ASSET_MATERIALIZATION":
+                die()
+            return original_handle(self, event, *args, **kwargs)
+
+        DagsterInstance.handle_new_event = handle
+
+    with dg.DagsterInstance.get() as instance:
+        result = dg.materialize(assets, instance=instance, resources={"io_manager": io}, run_config=QUIET,
+                                raise_on_error=False)
+    for event in result.all_events:
+        if event.is_step_success:
+            print(f"STEP_OK {event.step_key}", flush=True)
+        elif event.is_step_failure:
+            error = event.step_failure_data.error
+            text = []
+            while error is not None:
+                text.append(error.message.replace("\n", " "))
+                error = error.cause
+            print(f"STEP_FAILED {event.step_key} " + " | ".join(text), flush=True)
+    print("RUN_SUCCESS" if result.success else "RUN_FAILED", flush=True)
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Bad input through the real asset layer: a clear error, nothing written, the next good run works.
+
+Three families (issue 5):
+- config: config.toml / environment mistakes fail when the asset is defined (the code location
+  load), naming the file, the section and the key; the table and the cursor stay as they were,
+  and the asset defined from the corrected config runs.
+- rows: what the user's function yields is wrong (cursor missing/None/mixed types, NULL key,
+  values that can't be stored, a column type that conflicts with the table, reserved names);
+- functions: the function yields a non-row, raises midway.
+
+For rows and functions each case runs: a good run (creates the table and the cursor), the bad
+run (must fail with a message naming what and where; the Iceberg snapshots and the Dagster
+cursor unchanged), then a good run with one new row, which must succeed and load exactly it.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import dagster as dg
+import pytest
+
+from dagster_incremental.errors import IncrementalConfigError
+from attack_support import (
+    committed_states,
+    dagster_state,
+    failure_text,
+    io_manager_for,
+    materialize,
+    rows,
+    snapshots,
+    source_asset,
+    write_config,
+)
+
+pytestmark = pytest.mark.spark
+
+GOOD = [{"id": 1, "amount": 10, "updated": 1}, {"id": 2, "amount": 20, "updated": 2}]
+NEXT = {"id": 3, "amount": 30, "updated": 3}
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def namespace():
+    return "bad_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def io(spark, spark_warehouse, namespace):
+    return io_manager_for(spark_warehouse, namespace)
+
+
+# -- rows and functions ----------------------------------------------------------------------------
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+def _gen_then_raise():
+    yield {"id": 9, "amount": 90, "updated": 1_000_009}
+    raise ConnectionError("source went away after one row")
+
+
+def _gen_then_not_a_row():
+    yield {"id": 9, "amount": 90, "updated": 1_000_009}
+    yield 42
+
+
+@dataclass
+class RowCase:
+    id: str
+    bad: Callable[[], Any]
+    expect: tuple[str, ...]  # substrings the failure must contain (what and where)
+    strategy: str = "append"
+
+
+
+ROW_CASES = [
+    # cursor problems
+    RowCase("cursor-missing-raise", lambda: [{"id": 9, "amount": 1}], ("updated", "'id': 9")),
+    RowCase("cursor-none-raise", lambda: [{"id": 9, "amount": 1, "updated": None}], ("updated", "None", "'id': 9")),
+    RowCase("cursor-mixed-types", lambda: [{"id": 8, "amount": 1, "updated": 1_000_008}, {"id": 9, "amount": 1, "updated": "soon"}],
+            ("updated", "soon")),
+    RowCase("cursor-type-vs-stored-state", lambda: [{"id": 9, "amount": 1, "updated": "2024-01-01T00:00:00Z"}],
+            ("updated", "2024-01-01")),
+    RowCase("cursor-unhashable-list", lambda: [{"id": 9, "amount": 1, "updated": [1, 2]}], ("updated", "[1, 2]")),
+    RowCase("cursor-nan", lambda: [{"id": 9, "amount": 1, "updated": float("nan")}], ("updated", "nan")),
+    # keys
+    RowCase("null-primary-key-upsert", lambda: [{"id": None, "amount": 1, "updated": 1_000_009}], ("id", "NULL"), "upsert"),
+    RowCase("null-primary-key-delete-insert", lambda: [{"id": None, "amount": 1, "updated": 1_000_009}], ("id", "NULL"), "delete-insert"),
+    RowCase("null-primary-key-scd2", lambda: [{"id": None, "amount": 1, "updated": 1_000_009}], ("id", "NULL"), "scd2"),
+    RowCase("primary-key-column-missing-upsert", lambda: [{"amount": 1, "updated": 1_000_009}], ("id",), "upsert"),
+    # values and columns
+    RowCase("unstorable-value", lambda: [{"id": 9, "amount": _Opaque(), "updated": 1_000_009}], ("amount",)),
+    RowCase("unhashable-set-value", lambda: [{"id": 9, "amount": {1, 2}, "updated": 1_000_009}], ("amount",)),
+    RowCase("rows-disagree-on-column-type", lambda: [{"id": 8, "amount": 1, "updated": 1_000_008}, {"id": 9, "amount": "x", "updated": 1_000_009}],
+            ("amount",)),
+    RowCase("column-type-conflicts-with-table", lambda: [{"id": 9, "amount": "ninety", "updated": 1_000_009}], ("amount",)),
+    RowCase("reserved-valid-from-scd2", lambda: [{"id": 9, "amount": 1, "updated": 1_000_009, "_valid_from": "x"}], ("_valid_from",), "scd2"),
+    RowCase("reserved-row-hash-scd2", lambda: [{"id": 9, "amount": 1, "updated": 1_000_009, "_row_hash": "x"}], ("_row_hash",), "scd2"),
+    RowCase("reserved-helper-prefix-append", lambda: [{"id": 9, "amount": 1, "updated": 1_000_009, "__di_survivor": True}], ("__di_survivor",)),
+    RowCase("reserved-helper-prefix-upsert", lambda: [{"id": 9, "amount": 1, "updated": 1_000_009, "__di_deleted": True}], ("__di_deleted",), "upsert"),
+    # functions
+    RowCase("yields-a-string", lambda: iter([{"id": 9, "amount": 1, "updated": 1_000_009}, "oops"]), ("str", "oops")),
+    RowCase("yields-an-int-after-rows", _gen_then_not_a_row, ("int", "42")),
+    RowCase("page-holds-a-non-row", lambda: iter([[{"id": 9, "amount": 1, "updated": 1_000_009}, ("a", "tuple")]]), ("tuple",)),
+    RowCase("returns-a-string", lambda: "id,amount,updated\n9,1,9", ("str",)),
+    RowCase("raises-midstream", _gen_then_raise, ("source went away",)),
+]
+
+
+@pytest.fixture(scope="module")
+def shared_tables(spark, spark_warehouse, tmp_path_factory):
+    """One table per strategy for every row case (a first good run each), to keep CI fast.
+
+    Each case appends one new good row after its bad run, so cases stay independent: they
+    compare the table before and after themselves, never against a fixed expectation.
+    """
+    namespace = "badrows_" + uuid.uuid4().hex[:8]
+    config = write_config(tmp_path_factory.mktemp("row_cases") / "config.toml", spark_warehouse, namespace)
+    io = io_manager_for(spark_warehouse, namespace)
+    with dg.instance_for_test() as instance:
+        tables = {}
+        for strategy in ("append", "upsert", "delete-insert", "scd2"):
+            name = "rows_" + strategy.replace("-", "_")
+            feed: dict[str, Any] = {"source": lambda: list(GOOD), "next": 100}
+            asset = source_asset(name, config, strategy, (lambda f: lambda: f["source"]())(feed))
+            assert materialize(asset, instance, io).success
+            tables[strategy] = (name, asset, feed)
+        yield instance, io, tables
+
+
+def _run_bad_case(case: RowCase, spark, shared_tables):
+    instance, io, tables = shared_tables
+    name, asset, feed = tables[case.strategy]
+    before_rows = rows(spark, io, name, ["id", "amount", "updated"])
+    before_snaps = snapshots(spark, io, name)
+    before_state = dagster_state(instance, name)
+
+    feed["source"] = case.bad
+    result = materialize(asset, instance, io)
+    message = failure_text(result)
+    assert snapshots(spark, io, name) == before_snaps, "the failed run committed to the table"
+    assert rows(spark, io, name, ["id", "amount", "updated"]) == before_rows
+    assert dagster_state(instance, name) == before_state, "the failed run moved the Dagster cursor"
+
+    # the next good run works: it loads exactly one new row and moves the cursor to it
+    n = feed["next"] = feed["next"] + 1
+    feed["source"] = lambda: [{"id": n, "amount": n, "updated": n}]
+    good = materialize(asset, instance, io)
+    assert good.success, failure_text(good)
+    assert rows(spark, io, name, ["id", "amount", "updated"]) == sorted([*before_rows, (n, n, n)], key=repr)
+    assert dagster_state(instance, name)["last_value"] == n
+    assert committed_states(spark, io, name)[-1]["last_value"] == n
+
+    # finally the message: it names the asset and what is wrong, where
+    assert name in message, f"the error does not name the asset:\n{message}"
+    for expected in case.expect:
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+
+
+def _params(cases):
+    return [
+        pytest.param(c, id=c.id)
+        for c in cases
+    ]
+
+
+@pytest.mark.parametrize("case", _params(ROW_CASES))
+def test_bad_rows_fail_cleanly_and_next_run_works(case: RowCase, spark, shared_tables):
+    _run_bad_case(case, spark, shared_tables)
+
+
+@pytest.mark.parametrize("policy, expected_ids", [("include", [1, 2, 3, 9]), ("exclude", [1, 2, 3])])
+def test_missing_cursor_under_include_and_exclude_is_not_an_error(policy, expected_ids, spark, instance, io, tmp_path,
+                                                                  spark_warehouse, namespace):
+    """on_cursor_value_missing="include" keeps the row, "exclude" drops it; the cursor ignores it."""
+    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
+    name = f"missing_{policy}"
+    feed = {"rows": list(GOOD)}
+    asset = source_asset(name, config, "append", lambda: feed["rows"], on_cursor_value_missing=policy)
+    assert materialize(asset, instance, io).success
+    feed["rows"] = [*GOOD, {"id": 9, "amount": 1}, {"id": 9, "amount": 1, "updated": None}][: 3] + [NEXT]
+    result = materialize(asset, instance, io)
+    assert result.success, failure_text(result)
+    assert sorted(r[0] for r in rows(spark, io, name, ["id"])) == expected_ids
+    assert dagster_state(instance, name)["last_value"] == 3
+
+
+def test_function_returning_nothing_is_a_no_op_that_keeps_table_and_cursor(spark, instance, io, tmp_path,
+                                                                           spark_warehouse, namespace):
+    """`return None` (or a bare generator with nothing in it) loads nothing and moves no cursor."""
+    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
+    feed = {"source": lambda: list(GOOD)}
+    asset = source_asset("returns_nothing", config, "upsert", lambda: feed["source"]())
+    assert materialize(asset, instance, io).success
+    before = rows(spark, io, "returns_nothing")
+    feed["source"] = lambda: None
+    result = materialize(asset, instance, io)
+    assert result.success, failure_text(result)
+    assert rows(spark, io, "returns_nothing") == before
+    assert dagster_state(instance, "returns_nothing")["last_value"] == 2
+    assert committed_states(spark, io, "returns_nothing")[-1]["last_value"] == 2
+    feed["source"] = lambda: [*GOOD, NEXT]
+    assert materialize(asset, instance, io).success
+    assert dagster_state(instance, "returns_nothing")["last_value"] == 3
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ConfigCase:
+    id: str
+    text: str  # appended to a valid [destination] section; `@A@` is the asset name, `@AU@` upper-cased
+    expect: tuple[str, ...]
+    env: dict = field(default_factory=dict)
+    replace_destination: bool = False  # text replaces the whole file (for [destination] cases)
+
+
+CONFIG_CASES = [
+    ConfigCase("malformed-toml", "[assets.@A@\nprimary_key = 'id'\n", ("line 5", "invalid TOML")),
+    ConfigCase("unknown-section", "[sparkle]\nmaster = 'local'\n", ("sparkle",)),
+    ConfigCase("unknown-asset-key", "[assets.@A@]\nprimary_kee = ['id']\n", ("[assets.@A@]", "primary_kee", "primary_key")),
+    ConfigCase("unknown-cursor-key", "[assets.@A@.updated]\ncursor_pth = 'updated'\n", ("[assets.@A@.updated]", "cursor_pth")),
+    ConfigCase("unknown-destination-key", "", ("[destination]", "catalgo"), replace_destination=True),
+    ConfigCase("wrong-type-primary-key", "[assets.@A@]\nprimary_key = 5\n", ("[assets.@A@]", "primary_key", "5")),
+    ConfigCase("wrong-type-lag", "[assets.@A@.updated]\nlag = 'ten'\n", ("[assets.@A@.updated]", "lag", "ten")),
+    ConfigCase("bad-enum-disposition", "[assets.@A@]\nwrite_disposition = 'upsert'\n", ("[assets.@A@]", "write_disposition", "upsert")),
+    ConfigCase("bad-enum-strategy", "[assets.@A@]\nwrite_disposition = {disposition = 'merge', strategy = 'merge-all'}\n",
+               ("[assets.@A@]", "merge-all")),
+    ConfigCase("bad-enum-on-missing", "[assets.@A@.updated]\non_cursor_value_missing = 'skip'\n",
+               ("[assets.@A@.updated]", "on_cursor_value_missing", "skip")),
+    ConfigCase("bad-enum-last-value-func", "[assets.@A@.updated]\nlast_value_func = 'median'\n",
+               ("[assets.@A@.updated]", "last_value_func", "median")),
+    ConfigCase("end-before-initial", "[assets.@A@.updated]\ninitial_value = 10\nend_value = 5\n",
+               ("[assets.@A@.updated]", "end_value", "initial_value")),
+    ConfigCase("env-end-before-initial", "[assets.@A@.updated]\ninitial_value = 10\n", ("[assets.@A@.updated]", "end_value"),
+               env={"DAGSTER_INCREMENTAL__ASSETS__@AU@__UPDATED__END_VALUE": "20",
+                    "DAGSTER_INCREMENTAL__ASSETS__@AU@__UPDATED__INITIAL_VALUE": "30"}),
+    ConfigCase("cursor-section-for-unknown-parameter", "[assets.@A@.created]\ncursor_path = 'created'\n",
+               ("[assets.@A@.created]", "created")),
+    ConfigCase("upsert-without-primary-key", "[assets.@A@]\nprimary_key = []\nwrite_disposition = {disposition = 'merge', strategy = 'upsert'}\n",
+               ("@A@", "primary_key")),
+    ConfigCase("env-override-wrong-type", "", ("DAGSTER_INCREMENTAL__ASSETS__@AU@__UPDATED__LAG", "lag"),
+               env={"DAGSTER_INCREMENTAL__ASSETS__@AU@__UPDATED__LAG": "a while"}),
+    ConfigCase("env-override-bad-enum", "", ("DAGSTER_INCREMENTAL__ASSETS__@AU@__WRITE_DISPOSITION__STRATEGY", "sideways"),
+               env={"DAGSTER_INCREMENTAL__ASSETS__@AU@__WRITE_DISPOSITION__STRATEGY": "sideways"}),
+    ConfigCase("env-override-unknown-key", "", ("DAGSTER_INCREMENTAL__ASSETS__@AU@__PRIMARY_KEYS", "primary_keys"),
+               env={"DAGSTER_INCREMENTAL__ASSETS__@AU@__PRIMARY_KEYS": "id"}),
+]
+
+
+def _case_config(case: ConfigCase, name: str, warehouse: str, namespace: str) -> str:
+    if case.replace_destination:
+        return (f'[destination]\ncatalgo = "lake"\nnamespace = "{namespace}"\nwarehouse = "{warehouse}"\n')
+    return (f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{warehouse}"\n'
+            + case.text.replace("@A@", name))
+
+
+@pytest.fixture(scope="module")
+def config_table(spark, spark_warehouse, tmp_path_factory):
+    """One good table for every config case: (instance, io, name, good config path, feed)."""
+    namespace = "badcfg_" + uuid.uuid4().hex[:8]
+    folder = tmp_path_factory.mktemp("config_cases")
+    good = write_config(folder / "good.toml", spark_warehouse, namespace)
+    name = "cfg_orders"
+    feed = {"rows": list(GOOD)}
+    with dg.instance_for_test() as instance:
+        io = io_manager_for(spark_warehouse, namespace)
+        asset = source_asset(name, good, "upsert", lambda: feed["rows"])
+        assert materialize(asset, instance, io).success
+        yield instance, io, name, good, feed, folder
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES, ids=[c.id for c in CONFIG_CASES])
+def test_bad_config_fails_at_definition_naming_file_section_key(case: ConfigCase, spark, config_table, monkeypatch,
+                                                                spark_warehouse):
+    instance, io, name, good, feed, folder = config_table
+    before_snaps = snapshots(spark, io, name)
+    before_state = dagster_state(instance, name)
+    path = folder / f"{case.id}.toml"
+    path.write_text(_case_config(case, name, spark_warehouse, io.namespace))
+    for key, value in case.env.items():
+        monkeypatch.setenv(key.replace("@AU@", name.upper()), value)
+
+    with pytest.raises(IncrementalConfigError) as caught:
+        source_asset(name, str(path), "upsert", lambda: feed["rows"])
+    message = str(caught.value)
+    assert f"{case.id}.toml" in message, f"the error does not name the file:\n{message}"
+    for expected in case.expect:
+        expected = expected.replace("@AU@", name.upper()).replace("@A@", name)
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert snapshots(spark, io, name) == before_snaps
+    assert dagster_state(instance, name) == before_state
+
+    # the corrected config defines the asset again and its next run continues from the cursor
+    for key in case.env:
+        monkeypatch.delenv(key.replace("@AU@", name.upper()))
+    fixed = source_asset(name, good, "upsert", lambda: feed["rows"])
+    assert fixed.key == dg.AssetKey(name)
+
+
+def test_config_cases_leave_a_table_whose_next_good_run_works(spark, config_table):
+    """After every config case above, the asset from the good config still loads new rows."""
+    instance, io, name, good, feed, _ = config_table
+    state = dagster_state(instance, name)["last_value"]
+    feed["rows"] = [*GOOD, NEXT]
+    asset = source_asset(name, good, "upsert", lambda: feed["rows"])
+    result = materialize(asset, instance, io)
+    assert result.success, failure_text(result)
+    assert state == 2 and dagster_state(instance, name)["last_value"] == 3
+    assert [r[0] for r in rows(spark, io, name, ["id"])] == [1, 2, 3]
+
+
+def test_relative_warehouse_outside_the_project_is_rejected(tmp_path):
+    project = tmp_path / "project" / "config"
+    project.mkdir(parents=True)
+    path = project / "config.toml"
+    path.write_text('[destination]\nwarehouse = "../../elsewhere/warehouse"\n')
+    from dagster_incremental import SparkTableIOManager
+
+    with pytest.raises(IncrementalConfigError) as caught:
+        SparkTableIOManager.from_config(str(path))
+    message = str(caught.value)
+    assert "config.toml" in message and "[destination]" in message and "warehouse" in message
+    assert "outside the project" in message
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_env_override_of_warehouse_outside_the_project_is_rejected(tmp_path, monkeypatch):
+    project = tmp_path / "project" / "config"
+    project.mkdir(parents=True)
+    path = project / "config.toml"
+    path.write_text('[destination]\nwarehouse = "../data/warehouse"\n')
+    monkeypatch.setenv("DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE", "../../../escape")
+    from dagster_incremental import SparkTableIOManager
+
+    with pytest.raises(IncrementalConfigError) as caught:
+        SparkTableIOManager.from_config(str(path))
+    message = str(caught.value)
+    assert "DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE" in message and "outside the project" in message

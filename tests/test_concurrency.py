@@ -1,0 +1,97 @@
+"""Two runs of the same asset started together, in two processes (tests/fault_runner.py, no fault).
+
+The claim (issue 5): no lost cursor update and no duplicate row; the loser either fails with a
+message saying another run holds the asset (or committed first), or waits its turn and then
+loads nothing twice. Runs here use the documented instance setup (pools limited to one run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance import DagsterInstance, InstanceRef
+
+from attack_support import committed_states, dagster_state, failure_text, io_manager_for, materialize, rows, source_asset, table_id, write_config
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, name: str, strategy: str, source: list[dict]):
+    src = base / f"{name}.json"
+    src.write_text(json.dumps(source))
+    env = dict(os.environ)
+    env.update(
+        DAGSTER_HOME=str(home), FAULT_CONFIG=config, FAULT_SOURCE=str(src), FAULT_ASSET=name, FAULT_STRATEGY=strategy,
+        FAULT_POINT="none", FAULT_WAREHOUSE=warehouse, FAULT_NAMESPACE=namespace, SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+STRATEGIES = ("append", "upsert")
+SOURCE = [{"id": i, "amount": i, "updated": i} for i in range(1, 4)]
+# between the first run and the race: new rows sharing one cursor value, and an update
+RACED = [{"id": 1, "amount": 100, "updated": 5}, *SOURCE[1:], *({"id": i, "amount": i, "updated": 4} for i in range(4, 7))]
+
+
+@pytest.fixture(scope="module")
+def race(spark, spark_warehouse, tmp_path_factory):
+    """One asset per strategy, a first run, then two processes that materialize both at once."""
+    base = tmp_path_factory.mktemp("race")
+    home = base / "dagster_home"
+    home.mkdir()
+    # The documented setup (README "Concurrency"): every pool limited to one run, so each
+    # incremental asset's pool (incremental/<asset>) makes the second run wait its turn.
+    (home / "dagster.yaml").write_text(
+        "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n"
+    )
+    namespace = "conc_" + uuid.uuid4().hex[:8]
+    config = write_config(base / "config.toml", spark_warehouse, namespace)
+    io = io_manager_for(spark_warehouse, namespace)
+    feed = {"rows": list(SOURCE)}
+    assets = {s: source_asset("c_" + s, config, s, lambda: list(feed["rows"])) for s in STRATEGIES}
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        for asset in assets.values():
+            assert materialize(asset, instance, io).success
+        names = ",".join(f"c_{s}:{s}" for s in STRATEGIES)
+        procs = [_start(base, home, config, spark_warehouse, namespace, names, "", RACED) for _ in range(2)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for s in STRATEGIES:
+            spark.sql(f"REFRESH TABLE {table_id(io, 'c_' + s)}")  # other processes wrote the tables
+        yield instance, io, assets, feed, outs
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_two_processes_on_one_asset_lose_no_cursor_and_double_no_row(strategy, spark, race):
+    instance, io, assets, feed, outs = race
+    name = "c_" + strategy
+    lines = [line for out, _ in outs for line in out.splitlines() if line.startswith("STEP_") and f" {name}" in line]
+    logs = "\n".join(out + err[-2000:] for out, err in outs)
+    assert len(lines) == 2, f"both processes must report a step for {name}:\n{logs}"
+    assert any(line.startswith("STEP_OK") for line in lines), f"neither run of {name} succeeded:\n{logs}"
+    for line in lines:
+        if line.startswith("STEP_FAILED"):  # the loser says why
+            assert "another" in line and ("run" in line or "writer" in line), line
+
+    expected = sorted({(r["id"], r["amount"], r["updated"]) for r in RACED} | (
+        {(1, 1, 1)} if strategy == "append" else set()), key=repr)
+    assert rows(spark, io, name, ["id", "amount", "updated"]) == expected, "a row was lost or doubled"
+    assert dagster_state(instance, name)["last_value"] == 5
+    assert committed_states(spark, io, name)[-1]["last_value"] == 5
+
+    # and the next run after the race loads nothing twice
+    feed["rows"] = [*RACED, {"id": 7, "amount": 7, "updated": 6}]
+    again = materialize(assets[strategy], instance, io)
+    assert again.success, failure_text(again)
+    assert rows(spark, io, name, ["id", "amount", "updated"]) == sorted([*expected, (7, 7, 6)], key=repr)
+

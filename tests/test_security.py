@@ -1,0 +1,139 @@
+"""SQL injection through the asset layer: identifiers are quoted everywhere, values are never SQL.
+
+Rows whose column names (primary key, cursor, merge key, plain columns) and values are crafted to
+break out of quoting are loaded through `@incremental_asset` + `SparkTableIOManager` with every
+disposition (append, replace, delete-insert, upsert, scd2), over an incremental run, an update run
+and a window backfill (the window-replace MERGE). Afterwards the table holds exactly those names
+and values, byte for byte, and a victim table in the same namespace is intact.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import dagster as dg
+import pytest
+
+from dagster_incremental import Incremental, incremental, incremental_asset
+from attack_support import DISPOSITIONS, failure_text, io_manager_for, materialize, write_config
+
+pytestmark = pytest.mark.spark
+
+# Identifiers: a backtick (the Spark quote character), SQL comments, statement separators, a dot
+# (struct access if unquoted), a named-parameter marker and quotes.
+KEY = "id`; DROP TABLE victim; --"
+CURSOR = "upd`at) OR (1=1 -- x"
+AMOUNT = "amount', 'x'); DELETE FROM victim WHERE ('1'='1"
+DOTTED = "a.b"
+PARAM = ":di_window_start"
+
+EVIL_VALUES = [
+    "'); DROP TABLE victim; --",
+    "`; DELETE FROM victim; --",
+    "\\'; SELECT 1; --",
+    ":di_window_end",
+    "${spark.sql.warehouse.dir}",
+    "?",
+    "\u0000 nul and \u2028 separator",
+]
+
+
+def _rows(version: int) -> list[dict]:
+    out = []
+    for i, evil in enumerate(EVIL_VALUES, start=1):
+        out.append({
+            KEY: f"k{i}-{evil}",
+            CURSOR: version * 100 + i,
+            AMOUNT: f"{evil} v{version}",
+            DOTTED: evil,
+            PARAM: i * version,
+        })
+    return out
+
+
+@pytest.fixture(scope="module")
+def env(spark, spark_warehouse, tmp_path_factory):
+    # The namespace itself is hostile too (config text reaches SQL as an identifier).
+    namespace = "sec` ; DROP TABLE x; -- " + uuid.uuid4().hex[:6]
+    folder = tmp_path_factory.mktemp("security")
+    escaped = namespace.replace("\\", "\\\\").replace('"', '\\"')
+    config = folder / "config.toml"
+    config.write_text(
+        f'[destination]\ncatalog = "lake"\nnamespace = "{escaped}"\nwarehouse = "{spark_warehouse}"\n'
+    )
+    io = io_manager_for(spark_warehouse, namespace)
+    victim = io.table_name(dg.AssetKey("victim"))
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {victim.rsplit('.', 1)[0]}")
+    spark.sql(f"CREATE TABLE {victim} (x INT) USING iceberg")
+    spark.sql(f"INSERT INTO {victim} VALUES (1), (2), (3)")
+    with dg.instance_for_test() as instance:
+        yield instance, io, str(config), victim
+
+
+def _asset(name: str, config: str, strategy: str, feed: dict):
+    default = incremental(CURSOR, initial_value=0)
+
+    def body(context: dg.AssetExecutionContext, cursor: Incremental = default):
+        return list(feed["rows"])
+
+    body.__name__ = name
+    merge_key = AMOUNT if strategy == "delete-insert" else None
+    return incremental_asset(
+        name=name, primary_key=KEY, merge_key=merge_key, write_disposition=DISPOSITIONS[strategy], config_path=config
+    )(body)
+
+
+def _table(spark, io, name: str, scd2: bool = False) -> list[tuple]:
+    frame = spark.table(io.table_name(dg.AssetKey(name)))
+    if scd2:
+        frame = frame.where(frame["_valid_to"].isNull())
+    cols = [KEY, CURSOR, AMOUNT, DOTTED, PARAM]
+    got = [tuple(r[c] for c in cols) for r in frame.select(*[f"`{c.replace('`', '``')}`" for c in cols]).collect()]
+    return sorted(got)
+
+
+def _expected(rows: list[dict]) -> list[tuple]:
+    return sorted(tuple(r[c] for c in (KEY, CURSOR, AMOUNT, DOTTED, PARAM)) for r in rows)
+
+
+@pytest.mark.parametrize("strategy", ["append", "replace", "delete-insert", "upsert", "scd2"])
+def test_injection_in_names_and_values_is_stored_verbatim(strategy, spark, env):
+    instance, io, config, victim = env
+    name = "inj_" + strategy.replace("-", "_")
+    feed = {"rows": _rows(1)}
+    asset = _asset(name, config, strategy, feed)
+
+    first = materialize(asset, instance, io)
+    assert first.success, failure_text(first)
+    assert _table(spark, io, name, strategy == "scd2") == _expected(feed["rows"])
+    cols = spark.table(io.table_name(dg.AssetKey(name))).columns
+    assert {KEY, CURSOR, AMOUNT, DOTTED, PARAM} <= set(cols)
+
+    # second run: every key changes (update / new versions / appended rows)
+    feed["rows"] = _rows(2)
+    second = materialize(asset, instance, io)
+    assert second.success, failure_text(second)
+    if strategy == "append":
+        expected = _expected(_rows(1) + _rows(2))
+    else:
+        expected = _expected(_rows(2))
+    assert _table(spark, io, name, strategy == "scd2") == expected
+    if strategy == "scd2":
+        assert spark.table(io.table_name(dg.AssetKey(name))).count() == 2 * len(EVIL_VALUES)
+
+    assert sorted(r.x for r in spark.table(victim).collect()) == [1, 2, 3], "the victim table was touched"
+    if strategy not in ("upsert", "scd2"):
+        return  # the window replace is one code path for every disposition but scd2: run it once
+
+    # a stateless window backfill: the window MERGE with the hostile cursor column (scd2: a
+    # merge of the window's rows; with no merge_key the batch is the full snapshot, as in dlt)
+    feed["rows"] = [dict(r, **{AMOUNT: r[AMOUNT] + " backfilled"}) for r in _rows(2)]
+    backfill = materialize(asset, instance, io, run_config={"ops": {name: {"config": {"initial_value": "200", "end_value": "203"}}}})
+    assert backfill.success, failure_text(backfill)
+    in_window = [r for r in feed["rows"] if 200 <= r[CURSOR] < 203]
+    outside = [r for r in _rows(2) if not 200 <= r[CURSOR] < 203]
+    expected = _expected(in_window if strategy == "scd2" else outside + in_window)
+    assert _table(spark, io, name, strategy == "scd2") == expected
+
+    assert sorted(r.x for r in spark.table(victim).collect()) == [1, 2, 3], "the victim table was touched"
+    assert spark.catalog.tableExists(victim)
