@@ -708,29 +708,23 @@ class IncrementalRun:
         ):
             self.cursor_type = "timestamp"
 
+    def _bounds(self) -> dict[str, Any]:
+        """The run's constants both filtering paths need (range, missing policy, dedup)."""
+        return {
+            "start": self.start_key,
+            "start_open": not self.start_closed,
+            "end": self.end_key,
+            "end_closed": self.end_closed,
+            "on_missing": self.spec.on_cursor_value_missing,
+            "dedup": self._dedup,
+            "start_set": self._start_set,
+        }
+
     def _range_spec(self) -> RangeSpec:
-        return RangeSpec(
-            direction=self.spec.direction,
-            start=self.start_key,
-            start_open=not self.start_closed,
-            end=self.end_key,
-            end_closed=self.end_closed,
-            on_missing=self.spec.on_cursor_value_missing,
-            dedup=self._dedup,
-            start_set=self._start_set,
-        )
+        return RangeSpec(direction=self.spec.direction, **self._bounds())
 
     def _callable_spec(self) -> CallableSpec:
-        return CallableSpec(
-            func=self.spec.last_value_func,  # type: ignore[arg-type]
-            start=self.start_key,
-            start_open=not self.start_closed,
-            end=self.end_key,
-            end_closed=self.end_closed,
-            on_missing=self.spec.on_cursor_value_missing,
-            dedup=self._dedup,
-            start_set=self._start_set,
-        )
+        return CallableSpec(func=self.spec.last_value_func, **self._bounds())  # type: ignore[arg-type]
 
     def _missing_error(self, row: Any, missing: bool, where: str) -> Exception:
         path = self.spec.cursor_path
