@@ -486,8 +486,8 @@ class _Runner:
             self._check_write_keys(stored.get(plan.scope), plan)
             runs = self._bind(context, plan, stored)
             output = self._call(context, runs)
-            frame = stage_batches(io.spark, output, runs, self.settings, spec)
-            frame = drop_rows_already_loaded(io, frame, runs, spec)
+            staged = stage_batches(io.spark, output, runs, self.settings, spec)
+            frame = drop_rows_already_loaded(io, staged.frame, runs, spec)
         except IncrementalError as exc:
             raise dg.Failure(
                 description=f"asset {context.asset_key.to_user_string()}: {exc}",
@@ -509,6 +509,7 @@ class _Runner:
             run_started_at=started,
             check_stale=plan.mode == "incremental",
             expected_snapshot_id=table_snapshot,
+            deduplicated=staged.deduplicated,
         )
         run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
         if context.has_partition_key or context.has_partition_key_range:

@@ -139,6 +139,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 window=obj.window,
                 full_refresh=obj.full_refresh,
                 run_started_at=obj.run_started_at,
+                deduplicated=obj.deduplicated,
             )
             context.add_output_metadata(_result_metadata(obj.spec.table, result))
             return

@@ -94,12 +94,17 @@ def check_no_null_keys(
         nulls = result[f"n{i}"] or 0
         if nulls:
             role = next(r for r, names in roles.items() if name in names)
-            sample = repr(result[f"r{i}"].asDict(recursive=True))[:_SAMPLE_CHARS]
-            raise DataShapeError(
-                f"{spec.table}: {nulls} row(s) have NULL in {role} column {name!r}, e.g. {sample}. "
-                "Key columns must be non-NULL (a NULL key never matches, so the row could not "
-                "replace or delete its old version); fill or filter those rows before yielding."
-            )
+            sample = repr(result[f"r{i}"].asDict(recursive=True))
+            raise DataShapeError(null_key_message(spec.table, nulls, role, name, sample))
+
+
+def null_key_message(table: str, nulls: int, role: str, column: str, sample: str) -> str:
+    """The NULL-key error, the same whether Spark or Arrow (local_batch) found it."""
+    return (
+        f"{table}: {nulls} row(s) have NULL in {role} column {column!r}, e.g. {sample[:_SAMPLE_CHARS]}. "
+        "Key columns must be non-NULL (a NULL key never matches, so the row could not "
+        "replace or delete its old version); fill or filter those rows before yielding."
+    )
 
 
 def hard_delete_flag(batch: DataFrame, column: str | None) -> Column:

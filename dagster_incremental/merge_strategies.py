@@ -76,7 +76,12 @@ __all__ = [
 
 
 def prepare_batch(
-    spark: SparkSession, spec: WriteSpec, batch: DataFrame, *, run_started_at: datetime
+    spark: SparkSession,
+    spec: WriteSpec,
+    batch: DataFrame,
+    *,
+    run_started_at: datetime,
+    deduplicated: bool = False,
 ) -> DataFrame:
     """Validate and deduplicate a merge batch; the result is the MERGE's source view.
 
@@ -97,6 +102,9 @@ def prepare_batch(
     last row seen" is non-deterministic to Spark, and MERGE refuses a non-deterministic source),
     and the NULL-key aggregate over that checkpoint (skipped without keys). Later reads of the
     result (the MERGE, partition bounds) read the checkpoint, not the source.
+
+    `deduplicated`: the batch is already one non-NULL row per primary key (local_batch did it in
+    Arrow): no sequence, window or checkpoint; the deterministic source is read by the MERGE.
     """
     del spark  # part of the seam; the work runs on `batch`'s own session
     strategy = resolve_strategy(spec)
@@ -114,6 +122,9 @@ def prepare_batch(
     if strategy == "scd2":
         scd2.check_settings(spec, batch)
 
+    if deduplicated:
+        frame = add_deleted(batch, spec.hard_delete_column).withColumn(SURVIVOR, F.lit(True))
+        return frame.select(*(c(name) for name in [*user_columns, DELETED, SURVIVOR]))
     frame = add_deleted(with_sequence(batch), spec.hard_delete_column)
     added: list[str] = []
     if strategy == "scd2":

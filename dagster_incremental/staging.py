@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.errors import DataShapeError
@@ -89,12 +90,21 @@ def _kind(obj: Any) -> str | None:
     return None
 
 
-def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, spec: Any):
-    """Filter the function's output through every bound cursor and stage it for the writer.
+@dataclass(frozen=True)
+class Staged:
+    """The staged batch: a pyspark DataFrame (None: no rows and no schema at all), and whether
+    local_batch already reduced it to one row per primary key (the writer then skips Spark's
+    dedup)."""
 
-    Returns a pyspark DataFrame, or None when nothing was produced at all (no rows, no schema).
-    """
+    frame: Any
+    deduplicated: bool = False
+
+
+def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, spec: Any) -> Staged:
+    """Filter the function's output through every bound cursor and stage it for the writer."""
     import pyarrow as pa
+
+    from dagster_incremental import local_batch
 
     batches: Iterator[Any] = iterate_output(output, settings.name)
     for run in runs.values():
@@ -111,15 +121,19 @@ def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, sp
             tables.append(pa.Table.from_pandas(batch, preserve_index=False))
         elif batch:
             tables.append(_page_to_arrow(batch, settings.name))
+    deduplicated = False
     if tables:
-        frames.insert(0, arrow_to_spark(spark, pa.concat_tables(tables, promote_options="permissive")))
+        table = _typed_cursor_columns_arrow(pa.concat_tables(tables, promote_options="permissive"), runs)
+        if not frames and local_batch.covers(spec, table.column_names):
+            table, deduplicated = local_batch.deduplicate(table, spec), True
+        frames.insert(0, arrow_to_spark(spark, table))
     if not frames:
-        return None
+        return Staged(None)
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other, allowMissingColumns=True)
     # (the engine already pinned Spark sources to the last_value it computed)
-    return _typed_cursor_columns(frame, runs)
+    return Staged(_typed_cursor_columns(frame, runs), deduplicated)
 
 
 def _page_to_arrow(page: list[dict], asset: str):
@@ -188,6 +202,34 @@ def arrow_to_spark(spark, table):
     return spark.createDataFrame(table.to_pandas(), schema=schema)
 
 
+def _timestamp_cursor_columns(columns: list[str], runs: Mapping[str, Any]) -> list[str]:
+    """Top-level columns that hold a timestamp cursor."""
+    out = []
+    for run in runs.values():
+        path = getattr(getattr(run, "spec", None), "cursor_path", None)
+        if path and path in columns and getattr(run, "cursor_type", None) == "timestamp":
+            out.append(path)
+    return out
+
+
+def _typed_cursor_columns_arrow(table, runs: Mapping[str, Any]):
+    """ISO-8601 text in a timestamp cursor column becomes a UTC timestamp while still in Arrow
+    (the cursor engine's own parser: offsets honoured, no offset = UTC), so local dedup
+    compares instants and Spark gets a typed column."""
+    import pyarrow as pa
+
+    from dagster_incremental.cursor_values import arrow_to_keys
+
+    for name in _timestamp_cursor_columns(table.column_names, runs):
+        column = table[name]
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            micros = arrow_to_keys(column, "timestamp")
+            table = table.set_column(
+                table.schema.get_field_index(name), name, micros.cast(pa.timestamp("us", "UTC"))
+            )
+    return table
+
+
 def _typed_cursor_columns(frame, runs: Mapping[str, Any]):
     """ISO-8601 text in a timestamp cursor column is stored as a real timestamp.
 
@@ -196,11 +238,7 @@ def _typed_cursor_columns(frame, runs: Mapping[str, Any]):
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    for run in runs.values():
-        spec = getattr(run, "spec", None)
-        path = getattr(spec, "cursor_path", None)
-        if not path or path not in frame.columns or getattr(run, "cursor_type", None) not in ("timestamp",):
-            continue
+    for path in _timestamp_cursor_columns(frame.columns, runs):
         if isinstance(frame.schema[path].dataType, StringType):
             frame = frame.withColumn(path, F.to_timestamp(F.col(f"`{path}`")))
     return frame

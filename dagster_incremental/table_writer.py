@@ -133,6 +133,10 @@ def table_exists(spark: SparkSession, table: str) -> bool:
     return bool(spark.catalog.tableExists(table))
 
 
+class _TableAlreadyExists(Exception):
+    """CREATE TABLE lost a race with another creator (nothing was written)."""
+
+
 @dataclass(frozen=True)
 class _Counts:
     inserted: int = 0
@@ -293,6 +297,7 @@ class TableWriter:
         window: WindowReplace | None = None,
         full_refresh: bool = False,
         run_started_at: datetime | None = None,
+        deduplicated: bool = False,
     ) -> WriteResult:
         """Apply spec's disposition to `batch` in ONE table commit whose snapshot carries `commit`.
 
@@ -306,6 +311,9 @@ class TableWriter:
 
         Schema changes (new columns, type promotions) are applied before the data commit; a
         batch that can't fit raises DataShapeError before anything changes.
+
+        deduplicated: a merge batch is already one non-NULL row per primary key (see
+        local_batch); prepare_batch then skips its own dedup.
         """
         dialect = _dialect(spec)
         spark = self.spark
@@ -317,7 +325,8 @@ class TableWriter:
         helpers: list[str] = []
         if batch is not None:
             if spec.disposition == "merge":
-                batch = self.strategies.prepare_batch(spark, spec, batch, run_started_at=started)
+                extra = {"deduplicated": True} if deduplicated else {}  # stand-in strategies lack it
+                batch = self.strategies.prepare_batch(spark, spec, batch, run_started_at=started, **extra)
                 helpers = [c for c in batch.columns if c.startswith(HELPER_PREFIX)]
             else:
                 _reject_helper_columns(spec.table, batch.columns)
@@ -333,8 +342,18 @@ class TableWriter:
         dialect.ensure_namespace(spark, spec.table)
 
         if full_refresh:
-            return self._full_refresh(dialect, spec, batch, data_schema, helpers, props, commit_id, exists)
+            return self._create_as_select(dialect, spec, batch, data_schema, helpers, props, commit_id, exists=exists)
 
+        if not exists and batch is not None and window is None:
+            # A new table: whatever the disposition, the result is the rows to insert. One
+            # CREATE TABLE ... AS SELECT writes schema, rows and cursor in one commit, without a
+            # MERGE against nothing. A concurrent creator makes it fail: then merge as usual.
+            try:
+                return self._create_as_select(
+                    dialect, spec, batch, data_schema, helpers, props, commit_id, exists=False
+                )
+            except _TableAlreadyExists:
+                exists = True
         if not exists:
             schema, _ = creatable_schema(spec.table, data_schema)
             dialect.create_table(spark, spec, schema)
@@ -403,10 +422,14 @@ class TableWriter:
                 run_started_at=started,
                 prune=prune,
             )
+            by_keys = _counted_by_keys(spec)
+            batch_rows = _batch_rows(aligned, spec) if by_keys else None
             with conflicts_as_concurrent_run(spec.table):
                 dialect.run_committing(spark, props, lambda: spark.sql(text, args=dict(args)))
         finally:
             spark.catalog.dropTempView(view)
+        if batch_rows is not None:
+            return self._result(spec, commit_id, props, kind="keyed", batch_rows=batch_rows, aligned=aligned)
         return self._result(spec, commit_id, props, kind="changes", keys=_pairing_key(spec))
 
     def _replace_window(
@@ -510,7 +533,7 @@ class TableWriter:
         keys = _pairing_key(spec) if spec.disposition == "merge" else ()
         return self._result(spec, commit_id, props, kind="changes", keys=keys)
 
-    def _full_refresh(
+    def _create_as_select(
         self,
         dialect: _IcebergDialect,
         spec: WriteSpec,
@@ -519,9 +542,15 @@ class TableWriter:
         helpers: Sequence[str],
         props: Mapping[str, str],
         commit_id: str,
+        *,
         exists: bool,
     ) -> WriteResult:
-        """CREATE OR REPLACE TABLE ... AS SELECT: schema, partitioning and rows in one commit."""
+        """CREATE [OR REPLACE] TABLE ... AS SELECT: schema, partitioning and rows in one commit.
+
+        `exists` (a full refresh of an existing table): OR REPLACE, and the rows it held count as
+        deleted. Otherwise a plain CREATE, which raises _TableAlreadyExists if another writer
+        created the table first.
+        """
         spark = self.spark
         previous = spark.table(spec.table).count() if exists else 0  # Iceberg answers from metadata
         if batch is None:
@@ -533,15 +562,20 @@ class TableWriter:
             if helpers:
                 rows = self._rows_to_insert(rows, helpers)
             rows = rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
-        view = f"di_refresh_{commit_id}"
+        view = f"di_create_{commit_id}"
         rows.createOrReplaceTempView(view)
+        verb = "CREATE OR REPLACE TABLE" if exists else "CREATE TABLE"
         text = (
-            f"CREATE OR REPLACE TABLE {spec.table} {dialect.table_clauses(spark, spec, schema)} "
+            f"{verb} {spec.table} {dialect.table_clauses(spark, spec, schema)} "
             f"AS SELECT {column_list(schema.fieldNames())} FROM {quote(view)}"
         )
         try:
             with conflicts_as_concurrent_run(spec.table):
                 dialect.run_committing(spark, props, lambda: spark.sql(text))
+        except Exception as exc:
+            if not exists and "TABLE_OR_VIEW_ALREADY_EXISTS" in str(exc):
+                raise _TableAlreadyExists(spec.table) from exc
+            raise
         finally:
             spark.catalog.dropTempView(view)
         return self._result(spec, commit_id, props, kind="refresh", previous_rows=previous)
@@ -567,6 +601,8 @@ class TableWriter:
         kind: str,
         keys: Sequence[str] = (),
         previous_rows: int = 0,
+        batch_rows: _BatchRows | None = None,
+        aligned: DataFrame | None = None,
     ) -> WriteResult:
         """WriteResult from the snapshot our commit made (found by its commit id).
 
@@ -576,6 +612,13 @@ class TableWriter:
         (`<table>.changes` between the parent and our snapshot: only the files this commit
         added or removed are read): rows identical on both sides cancel out, then per key a
         removed+added pair is an update. Without a key, changes are inserts and deletes only.
+
+        kind "keyed" (upsert, delete-insert on the primary key alone) counts as MERGE does: a
+        batch row whose key was in the table is an update (even with equal values), a tombstone
+        whose key was there a delete, the other rows inserts. Without tombstones and delete
+        files that follows from the summary (net added rows = inserts); otherwise one join of
+        the batch's keys with the table as of the parent snapshot decides it. Both are exact,
+        and neither reads the rewritten files as the changelog does.
         """
         snapshot = find_snapshot(self.spark, spec.table, commit_id)
         if snapshot is None:
@@ -588,7 +631,13 @@ class TableWriter:
                 raise RuntimeError(f"table {spec.table}: the commit {commit_id} is not in its snapshots")
             kind = "summary"
         summary = snapshot.summary
-        if kind == "changes" and _int(summary, "added-delete-files"):
+        if kind == "keyed" and batch_rows is not None and aligned is not None:
+            if not batch_rows.tombstones and not _int(summary, "added-delete-files"):
+                inserted = _int(summary, "added-records") - _int(summary, "deleted-records")
+                counts = _Counts(inserted=inserted, updated=batch_rows.rows - inserted)
+            else:
+                counts = self._matched_keys(spec, aligned, batch_rows, snapshot)
+        elif kind == "changes" and _int(summary, "added-delete-files"):
             # merge-on-read (a user's table property): Iceberg's changelog scan can't read delete
             # files; the summary says how many rows were added and how many marked deleted, but
             # not which pairs were updates, so an update counts as one delete plus one insert.
@@ -621,6 +670,32 @@ class TableWriter:
         if _int(summary, "total-equality-deletes"):
             return self.spark.table(table).count()
         return _int(summary, "total-records") - _int(summary, "total-position-deletes")
+
+    def _matched_keys(
+        self, spec: WriteSpec, aligned: DataFrame, batch_rows: _BatchRows, snapshot: SnapshotInfo
+    ) -> _Counts:
+        """Counts of a keyed MERGE from which batch keys the table held before it: one join of
+        the batch (one row per key) with the key columns of the parent snapshot."""
+        matched_live = matched_dead = 0
+        if snapshot.parent_id is not None:
+            keys = [_resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
+            before = (
+                self.spark.read.option("snapshot-id", str(snapshot.parent_id))
+                .table(spec.table)
+                .select(*(F.col(quote(k)) for k in keys))
+            )
+            dead = _tombstone(aligned)
+            row = (
+                aligned.select(*(F.col(quote(k)) for k in keys), dead.alias("dead"))
+                .join(before, on=keys, how="left_semi")
+                .agg(
+                    F.sum((~F.col("dead")).cast("long")).alias("live"),
+                    F.sum(F.col("dead").cast("long")).alias("dead"),
+                )
+                .collect()[0]
+            )
+            matched_live, matched_dead = int(row.live or 0), int(row.dead or 0)
+        return _Counts(inserted=batch_rows.rows - matched_live, updated=matched_live, deleted=matched_dead)
 
     def _changed_rows(self, table: str, snapshot: SnapshotInfo, keys: Sequence[str]) -> _Counts:
         """Net inserted/updated/deleted rows of one commit from its changelog (one collect; AQE
@@ -681,6 +756,38 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
     safe = set.intersection(*groups)
     fields = parse_partition_spec(spec.partition_by, columns, table=spec.table)
     return [item for item, field in zip(spec.partition_by, fields) if field.column in safe]
+
+
+@dataclass(frozen=True)
+class _BatchRows:
+    """A keyed merge batch: rows to insert or update, and hard-delete tombstones."""
+
+    rows: int
+    tombstones: int
+
+
+def _counted_by_keys(spec: WriteSpec) -> bool:
+    """Strategies whose MERGE touches exactly the batch's primary keys: upsert, and delete-insert
+    on the primary key alone (merge_key widens the delete; scd2 retires and inserts versions)."""
+    strategy = spec.strategy or "delete-insert"
+    return bool(spec.primary_key) and (strategy == "upsert" or (strategy == "delete-insert" and not spec.merge_key))
+
+
+def _tombstone(frame: DataFrame) -> Any:
+    """The prepared batch's hard-delete flag (FALSE when the strategies module adds none)."""
+    from dagster_incremental.merge_sql import DELETED
+
+    return F.col(quote(DELETED)) if DELETED in frame.columns else F.lit(False)
+
+
+def _batch_rows(aligned: DataFrame, spec: WriteSpec) -> _BatchRows:
+    """One aggregate over the prepared batch (materialised or local: cheap to read again)."""
+    if not spec.hard_delete_column:
+        return _BatchRows(rows=aligned.count(), tombstones=0)
+    dead = _tombstone(aligned).cast("long")
+    row = aligned.agg(F.count(F.lit(1)).alias("n"), F.sum(dead).alias("dead")).collect()[0]
+    tombstones = int(row.dead or 0)
+    return _BatchRows(rows=int(row.n) - tombstones, tombstones=tombstones)
 
 
 def _pairing_key(spec: WriteSpec) -> tuple[str, ...]:

@@ -97,3 +97,5 @@ class IncrementalBatch:
     # committed a cursor for the scope in between.
     check_stale: bool = False
     expected_snapshot_id: int | None = None
+    # `data` is already one row per primary key (deduplicated in Arrow by local_batch).
+    deduplicated: bool = False
