@@ -130,8 +130,11 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if obj is None:
             return
         if isinstance(obj, IncrementalBatch):
-            if obj.check_stale:
-                self._refuse_stale_writer(context, obj)
+            current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
+            if _nothing_to_commit(obj, current):
+                # No rows and the table already holds this cursor: a commit would change nothing.
+                context.add_output_metadata(_result_metadata(obj.spec.table, self.writer.unchanged(obj.spec.table)))
+                return
             result = self.writer.write(
                 obj.spec,
                 obj.data,
@@ -142,6 +145,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 deduplicated=obj.deduplicated,
             )
             context.add_output_metadata(_result_metadata(obj.spec.table, result))
+            self._compact_if_needed(context, obj.spec.table, result)
             return
         if _is_spark_frame(obj):
             spec = self._spec_from_definition(context)
@@ -166,8 +170,26 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             "SparkTableIOManager stores pyspark DataFrames (or the output of @incremental_asset)."
         )
 
-    def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch) -> None:
-        """Two runs that read the same cursor must not both commit: the second would load twice."""
+    def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
+        """Fold merge-on-read delete files into the data (see maintenance). The run's data and
+        cursor are committed already: a failed compaction is a warning, retried next run."""
+        from dagster_incremental import maintenance
+
+        if not maintenance.needs_compaction(result):
+            return
+        try:
+            done = maintenance.compact(self.spark, table)
+        except Exception as exc:  # noqa: BLE001 - maintenance must not fail a committed run
+            context.log.warning(f"{table.replace('`', '')}: compaction of delete files failed, retried next run: {exc}")
+            return
+        context.log.info(
+            f"{table.replace('`', '')}: folded {result.position_deletes} deleted rows "
+            f"({result.delete_files} delete files) into the data files: {done}"
+        )
+
+    def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch):
+        """Two runs that read the same cursor must not both commit: the second would load twice.
+        Returns the committed state it checked (None: the table has none)."""
         current = self.writer.read_committed_state(batch.spec.table, scope=batch.commit.scope)
         current_id = current.snapshot_id if current is not None else None
         if current_id != batch.expected_snapshot_id:
@@ -178,6 +200,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 "nothing. Runs of one incremental asset must take turns: limit its concurrency pool "
                 "to 1 (dagster.yaml: `concurrency: {pools: {default_limit: 1}}`), then re-run."
             )
+        return current
 
     def load_input(self, context: dg.InputContext):
         upstream = context.upstream_output
@@ -214,6 +237,27 @@ def write_spec_from_settings(table: str, settings: Mapping[str, Any]) -> WriteSp
     if "validity_column_names" in scd2:
         scd2["validity_column_names"] = tuple(scd2["validity_column_names"])
     return WriteSpec(table=table, scd2=Scd2Options(**scd2), **values)
+
+
+def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
+    """A run without rows (not even a schema) whose cursor state is the one committed last."""
+    from dagster_incremental.commit import commit_properties
+    from dagster_incremental.write_spec import STATE_PROPERTY
+
+    if batch.data is not None or batch.window is not None or batch.full_refresh or current is None:
+        return False
+    if batch.commit.state is None or batch.commit.scope != current.scope:
+        return False
+
+    def resumable(state: Mapping[str, Any]) -> str:
+        # start_value only reports where a run began; the next run resumes from the rest.
+        def strip(part: Any) -> Any:
+            return {k: v for k, v in part.items() if k != "start_value"} if isinstance(part, Mapping) else part
+
+        kept = {k: strip(v) for k, v in strip(state).items()}
+        return commit_properties(CommitInfo(state=kept))[STATE_PROPERTY]
+
+    return resumable(batch.commit.state) == resumable(current.state)
 
 
 def _result_metadata(table: str, result: WriteResult) -> dict[str, Any]:

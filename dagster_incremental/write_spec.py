@@ -75,6 +75,8 @@ class WriteResult:
     row_count: int  # rows in the table after the commit
     snapshot_id: int | None
     schema: tuple[tuple[str, str], ...]  # (column, spark type) of the table after the commit
+    delete_files: int = 0  # merge-on-read delete files the table holds (see maintenance)
+    position_deletes: int = 0  # rows those delete files remove
 
 
 @dataclass(frozen=True)

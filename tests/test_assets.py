@@ -103,9 +103,17 @@ def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_m
     assert [r["id"] for r in table_rows(spark, io_manager, "orders_a")] == [1, 2, 3, 4]
     assert str(seen_starts[1]).startswith("2024-01-03")
 
+    table = io_manager.table_name(dg.AssetKey("orders_a"))
+    commits = spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0]
     third = run(orders_a, instance, io_manager)  # nothing new: a normal, successful no-op
-    assert materialization(third)["dagster_incremental/rows_inserted"].value == 0
+    meta3 = materialization(third)
+    assert meta3["dagster_incremental/rows_inserted"].value == 0
+    assert meta3["dagster/row_count"].value == 4
+    state2, state3 = (m["dagster_incremental/state"].value for m in (meta2, meta3))
+    assert state3 == {**state2, "start_value": iso(4)}  # it started where the last run ended
     assert len(table_rows(spark, io_manager, "orders_a")) == 4
+    # the table already holds this cursor: the no-op run adds no (empty) commit
+    assert spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0] == commits
 
 
 def test_full_refresh_resets_cursor_and_replaces_table(spark, instance, io_manager, config_file):
@@ -396,3 +404,27 @@ def test_a_cursor_reported_by_hand_wins_over_the_table(spark, instance, io_manag
     # days 2-4 were re-read: their keys were replaced (counted as MERGE does, equal values too)
     assert materialization(result)["dagster_incremental/rows_updated"].value == 3
     assert [r["v"] for r in table_rows(spark, io_manager, "orders_reset")] == ["a", "a", "corrected", "a"]
+
+
+def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
+    from dagster_incremental import maintenance
+
+    monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_SHARE", 0.0)  # any delete file triggers it
+    source = [{"id": i, "v": "a", "updated_at": iso(1)} for i in range(1, 5)]
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"}, config_path=config_file)
+    def orders_mor(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    run(orders_mor, instance, io_manager)
+    source.append({"id": 2, "v": "b", "updated_at": iso(2)})
+    result = run(orders_mor, instance, io_manager)
+    assert materialization(result)["dagster_incremental/rows_updated"].value == 1
+    logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("folded 1 deleted rows" in m for m in logs), logs
+    table = io_manager.table_name(dg.AssetKey("orders_mor"))
+    summary = spark.sql(f"SELECT summary FROM {table}.`snapshots` ORDER BY committed_at DESC LIMIT 1").first().summary
+    assert summary.get("total-delete-files") == "0"
+    assert [r["v"] for r in table_rows(spark, io_manager, "orders_mor")] == ["a", "b", "a", "a"]
+    again = run(orders_mor, instance, io_manager)  # the cursor continues after the compaction commit
+    assert materialization(again)["dagster_incremental/rows_inserted"].value == 0

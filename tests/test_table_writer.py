@@ -3,6 +3,7 @@ commit, failures that change nothing, pruning, and hostile identifiers."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -328,7 +329,8 @@ def test_prunable_partition_columns_are_key_columns():
 
 def test_merge_prunes_with_batch_partition_bounds(spark, table):
     spec = WriteSpec(
-        table=table, disposition="merge", strategy="upsert", primary_key=("id", "day"), partition_by=("day",)
+        table=table, disposition="merge", strategy="upsert", primary_key=("id", "day"), partition_by=("day",),
+        table_properties={"write.merge.mode": "copy-on-write"},  # file rewrites show what was pruned
     )
     writer = TableWriter(spark, strategies=_upsert_stand_in())
     rows = [(i, D(2024, 1, 1 + i % 6), f"v{i}") for i in range(24)]
@@ -450,3 +452,30 @@ def test_hostile_identifiers_round_trip(spark, writer):
     assert contents(spark, table) == [(9, None, None, None, None, "v")]
     assert writer.read_committed_state(table).run_id == "run-5"
     assert spark.table(table).where(F.col(quote("where`s")) == "v").count() == 1
+
+
+# -- merge-on-read and its compaction --------------------------------------------------------------
+
+
+def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_cursor(spark, writer, table):
+    from dagster_incremental import maintenance
+
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer.write(spec, frame(spark, [(i, D(2024, 1, 1), "a") for i in range(20)]), commit=info(1))
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    assert properties["write.merge.mode"] == "merge-on-read"
+    for n in range(2, 5):
+        result = writer.write(spec, frame(spark, [(n, D(2024, 1, n), "b"), (100 + n, D(2024, 1, n), "new")]), commit=info(n))
+        assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (1, 1, 0)
+    # Iceberg keeps one delete file per data file: 3 deleted positions, 13 % of the rows
+    assert (result.delete_files, result.position_deletes, result.row_count) == (1, 3, 23)
+    assert maintenance.needs_compaction(result)
+    assert not maintenance.needs_compaction(dataclasses.replace(result, position_deletes=1))
+    before = contents(spark, table)
+
+    maintenance.compact(spark, table)
+    assert contents(spark, table) == before
+    assert int(snapshots(spark, table)[-1][2].get("total-delete-files", 0)) == 0
+    assert writer.read_committed_state(table).state == {"last_value": 4}  # a compaction carries no cursor
+    after = writer.write(spec, frame(spark, [(2, D(2024, 1, 9), "c")]), commit=info(5))
+    assert (after.rows_inserted, after.rows_updated, after.row_count) == (0, 1, 23)
