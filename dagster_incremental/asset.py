@@ -22,6 +22,7 @@ import dagster as dg
 from dagster_incremental import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.incremental import Incremental, incremental
+from dagster_incremental.secrets import Redactor, Secrets, SecretsFile, function_arguments
 from dagster_incremental.sql import qualified
 from dagster_incremental.boundary_check import drop_rows_already_loaded
 from dagster_incremental.staging import stage_batches
@@ -83,6 +84,10 @@ class AssetSettings:
     pool: str | None
     cursors: Mapping[str, Incremental]  # parameter name -> spec
     table: str
+    # secrets.toml: where it is and which parameters it fed when the code loaded. Never values:
+    # those are read inside each run (see secrets.py).
+    secrets: SecretsFile | None = None
+    secret_params: tuple[str, ...] = ()
 
     @property
     def window_column(self) -> str | None:
@@ -148,6 +153,10 @@ def incremental_asset(
     config.toml (`[assets.<name>.<parameter>]`), else from a default in the signature
     (`updated_at: Incremental = incremental("updated_at")`). The function may yield dict rows or
     pages, or return/yield pyarrow Tables, pandas DataFrames or a pyspark DataFrame.
+
+    Other parameters can receive credentials from secrets.toml beside config.toml
+    (`[assets.<name>] api_token = "..."` -> `api_token: str | None = None`), read inside each run;
+    log lines and errors of the run show `***` in place of their values (see secrets.py).
 
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
@@ -221,7 +230,10 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         )
     prefix = pick("key_prefix")
     prefix_parts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
-    cursors = _resolve_cursors(func, asset_name, asset_cfg.incrementals, cfg)
+    secrets = SecretsFile.beside(cfg)
+    # Checked now so a stray key fails the code location; the values read here are dropped.
+    secret_params = tuple(function_arguments(secrets.load(), asset_name, func, reserved=_reserved_params(func)))
+    cursors = _resolve_cursors(func, asset_name, asset_cfg.incrementals, cfg, secret_params)
     table = qualified(cfg.destination.catalog, cfg.destination.namespace, "__".join((*prefix_parts, asset_name)))
     return AssetSettings(
         name=asset_name,
@@ -240,6 +252,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         pool=given.get("concurrency_pool"),
         cursors=cursors,
         table=table,
+        secrets=secrets,
+        secret_params=secret_params,
     )
 
 
@@ -331,7 +345,20 @@ def _is_incremental_param(param: inspect.Parameter) -> bool:
     return isinstance(param.default, Incremental)
 
 
-def _resolve_cursors(func, asset_name: str, from_config: Mapping[str, Mapping[str, Any]], cfg) -> dict[str, Incremental]:
+def _reserved_params(func) -> dict[str, str]:
+    """Parameters secrets.toml may not set, with the reason (for its error message)."""
+    out = {}
+    for index, param in enumerate(inspect.signature(func).parameters.values()):
+        if _is_incremental_param(param):
+            out[param.name] = "an incremental argument (its cursor comes from config.toml)"
+        elif index == 0 and param.name in ("context", "ctx"):
+            out[param.name] = "the context parameter"
+    return out
+
+
+def _resolve_cursors(
+    func, asset_name: str, from_config: Mapping[str, Mapping[str, Any]], cfg, secret_params: Sequence[str] = ()
+) -> dict[str, Incremental]:
     signature = inspect.signature(func)
     params = list(signature.parameters.values())
     cursors: dict[str, Incremental] = {}
@@ -340,10 +367,13 @@ def _resolve_cursors(func, asset_name: str, from_config: Mapping[str, Mapping[st
             cursors[param.name] = _cursor_spec(asset_name, param, from_config.get(param.name, {}), cfg)
         elif index == 0 and param.name in ("context", "ctx"):
             continue
-        elif param.default is inspect.Parameter.empty:
+        elif param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        elif param.default is inspect.Parameter.empty and param.name not in secret_params:
             raise IncrementalConfigError(
                 f"asset {asset_name!r}: parameter {param.name!r} of {func.__name__}() is neither the "
-                "context (first parameter) nor annotated `Incremental`; give it a default or remove it"
+                "context (first parameter) nor annotated `Incremental`; give it a default, remove it, "
+                f"or give it a value in secrets.toml: [assets.{asset_name}] {param.name} = \"...\""
             )
     unknown = set(from_config) - set(cursors)
     if unknown:
@@ -430,6 +460,7 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
         return runner.run(context, config)
 
     compute.__name__ = settings.name
+    compute.dagster_incremental_settings = settings  # read back by incremental_settings()
     # Dagster reads these annotations at definition time: give it classes, not postponed strings.
     compute.__annotations__ = {"context": dg.AssetExecutionContext, "config": IncrementalRunConfig}
     with warnings.catch_warnings():
@@ -446,6 +477,32 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
             metadata=_definition_metadata(settings),
             **kwargs,
         )
+
+
+def incremental_settings(asset: dg.AssetsDefinition) -> AssetSettings | None:
+    """The settings an `@incremental_asset` was built with (None for any other asset)."""
+    compute = getattr(getattr(asset.op, "compute_fn", None), "decorated_fn", None)
+    return getattr(compute, "dagster_incremental_settings", None)
+
+
+def load_run_secrets(settings: AssetSettings, func, reserved: Mapping[str, str] | None = None, *,
+                     strict: bool = True) -> tuple[dict[str, Any], Redactor]:
+    """Read secrets.toml now (inside the run): `func`'s secret kwargs and a Redactor of every secret.
+
+    A parameter without default that secrets.toml fed when the code loaded must still be fed.
+    """
+    if settings.secrets is None:
+        return {}, Redactor(())
+    secrets: Secrets = settings.secrets.load()
+    kwargs = function_arguments(secrets, settings.name, func, reserved=reserved, strict=strict)
+    if strict:
+        for name, param in inspect.signature(func).parameters.items():
+            if name in settings.secret_params and name not in kwargs and param.default is inspect.Parameter.empty:
+                raise IncrementalConfigError(
+                    f"{secrets.where(settings.name)}: no longer gives parameter {name!r} of "
+                    f"{func.__name__}(), which has no default; add `{name} = \"...\"` back"
+                )
+    return kwargs, Redactor(secrets.values())
 
 
 @dataclass
@@ -471,6 +528,16 @@ class _Runner:
         self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
+        try:
+            secret_kwargs, redactor = load_run_secrets(self.settings, self.func, _reserved_params(self.func))
+        except IncrementalConfigError as exc:  # its text names file, section and key, never a value
+            raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
+        # Every context.log line of this run (ours and the function's) is masked before Dagster
+        # stores it; errors that carry a secret are re-raised masked (_masked_failure).
+        with redactor.masking_logs(context.log):
+            return self._run(context, config, secret_kwargs, redactor)
+
+    def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
         started = datetime.now(timezone.utc)
         for warning in self.settings.warnings():
             context.log.warning(warning)
@@ -482,17 +549,21 @@ class _Runner:
             # already have put there instead of adding to it.
             plan.window_replace = True
         spec = self._write_spec(io, context.asset_key, plan)
+        asset = context.asset_key.to_user_string()
         try:
             self._check_write_keys(stored.get(plan.scope), plan)
             runs = self._bind(context, plan, stored)
-            output = self._call(context, runs)
-            staged = stage_batches(io.spark, output, runs, self.settings, spec)
+            output = self._call(context, runs, secret_kwargs)
+            staged = stage_batches(io.spark, output, runs, self.settings, spec)  # iterates the function
             frame = drop_rows_already_loaded(io, staged.frame, runs, spec)
         except IncrementalError as exc:
-            raise dg.Failure(
-                description=f"asset {context.asset_key.to_user_string()}: {exc}",
-                allow_retries=False,
-            ) from exc
+            if redactor.leaks(exc):
+                raise _masked_failure(asset, exc, redactor) from None
+            raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
+        except Exception as exc:
+            if redactor.leaks(exc):
+                raise _masked_failure(asset, exc, redactor) from None
+            raise
         state = self._state_after(runs, plan, stored)
         window = self._window(runs, plan)
         batch = IncrementalBatch(
@@ -615,8 +686,8 @@ class _Runner:
 
     # -- execution -------------------------------------------------------------------------------
 
-    def _call(self, context, runs: Mapping[str, Any]):
-        kwargs = dict(runs)
+    def _call(self, context, runs: Mapping[str, Any], secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
+        kwargs = {**secret_kwargs, **runs}
         if self.takes_context:
             return self.func(context, **kwargs)
         return self.func(**kwargs)
@@ -669,6 +740,12 @@ class _Runner:
             return [None, None]
         end = run.end_value if run.end_value is not None else run.last_value
         return [run.start_value, end]
+
+
+def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:
+    """A Failure in place of an exception whose text holds a secret: same type name and
+    traceback, each secret replaced by ***. Raise it `from None` so the original is not stored."""
+    return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
 
 
 def _snapshot_id(committed: Any) -> int | None:

@@ -43,8 +43,10 @@ Environment variables (they win over the file):
   (camelCase, `_` inside) is set with DAGSTER_INCREMENTAL__SPARK__CONF holding an inline table,
   `{"spark.driver.bindAddress" = "127.0.0.1"}`, whose entries are *added* to the file's conf.
 
-Later layers (a secrets.toml beside config.toml) slot in between file and environment: they are
-merged into the raw document with their own entry in `ProjectConfig.sources`, before validation.
+Secrets are not config: `secrets.toml` beside this file is read by `dagster_incremental.secrets`
+at run time and never merged here, because config values end up in definitions and resource
+config that Dagster shows in the UI. Its variables (`DAGSTER_INCREMENTAL_SECRETS__...`) do not
+start with `DAGSTER_INCREMENTAL__`, so this loader ignores them.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ import math
 import os
 import re
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from pathlib import Path
@@ -76,6 +78,7 @@ __all__ = [
     "ProjectConfig",
     "SparkConfig",
     "load_config",
+    "spark_conf_key_from_env",
 ]
 
 CONFIG_PATH_ENV = "DAGSTER_INCREMENTAL_CONFIG"
@@ -1002,25 +1005,35 @@ class _Env:
                 conf[name] = item
                 self.sources[("spark", "conf", name)] = var
             return
-        wanted = rest[0].upper()
-        spelled = [k for k in conf if re.sub(r"[.\-]", "_", k).upper() == wanted]
-        if len(spelled) > 1:
-            raise _Problem(("spark", "conf"), (rest[0],), None,
-                           f"matches several keys of the file ({', '.join(spelled)})",
-                           f"set them with {ENV_PREFIX}SPARK__CONF = '{{\"<key>\" = \"<value>\"}}'",
-                           show_value=False, env=var)
-        if spelled:
-            name = spelled[0]
-        elif wanted.startswith("SPARK_"):
-            name = wanted.lower().replace("_", ".")
-        else:
-            raise _Problem(("spark", "conf"), (rest[0],), None, "does not start with SPARK_",
-                           "name the Spark key with dots as underscores "
-                           "(SPARK_SQL_SHUFFLE_PARTITIONS), "
-                           f"or set {ENV_PREFIX}SPARK__CONF = '{{\"<key>\" = \"<value>\"}}'",
-                           show_value=False, env=var)
+        name = spark_conf_key_from_env(
+            rest[0], conf, var=var,
+            other_way=f"set {ENV_PREFIX}SPARK__CONF = '{{\"<key>\" = \"<value>\"}}'")
         conf[name] = text
         self.sources[("spark", "conf", name)] = var
+
+
+def spark_conf_key_from_env(token: str, existing: Iterable[str], *, var: str, other_way: str) -> str:
+    """The Spark conf key that the <KEY> of `..._SPARK__CONF__<KEY>` names.
+
+    The key of `existing` (the file's [spark.conf]) that spells the same with `.`/`-` as `_`
+    (so camelCase keys can be overridden), else SPARK_X_Y -> spark.x.y. Shared by config.toml
+    and secrets.toml so both spell keys alike; `other_way` says how to set any other key.
+    Raises a located `_Problem` (never showing a value) when the key cannot be named.
+    """
+    wanted = token.upper()
+    spelled = [k for k in existing if re.sub(r"[.\-]", "_", k).upper() == wanted]
+    if len(spelled) > 1:
+        raise _Problem(("spark", "conf"), (token,), None,
+                       f"matches several keys of the file ({', '.join(spelled)})",
+                       f"{other_way} instead", show_value=False, env=var)
+    if spelled:
+        return spelled[0]
+    if wanted.startswith("SPARK_"):
+        return wanted.lower().replace("_", ".")
+    raise _Problem(("spark", "conf"), (token,), None, "does not start with SPARK_",
+                   "name the Spark key with dots as underscores "
+                   f"(SPARK_SQL_SHUFFLE_PARTITIONS), or {other_way}",
+                   show_value=False, env=var)
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

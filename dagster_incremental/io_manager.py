@@ -64,6 +64,11 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     warehouse: str = Field(
         default="data/warehouse", description="Warehouse folder or URI of the default catalog."
     )
+    secrets_path: str | None = Field(
+        default=None,
+        description="secrets.toml whose [spark.conf] is added when the Spark session is built. "
+        "Only the path is config (Dagster shows config in the UI); values are read then.",
+    )
 
     _session: Any = PrivateAttr(default=None)
 
@@ -71,6 +76,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def from_config(cls, path: str | Path | None = None) -> SparkTableIOManager:
         """Build from config.toml's `[spark]` and `[destination]` sections (and their env overrides)."""
         from dagster_incremental.config import load_config
+        from dagster_incremental.secrets import SecretsFile
 
         cfg = load_config(path)
         return cls(
@@ -81,6 +87,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             catalog=cfg.destination.catalog,
             namespace=cfg.destination.namespace,
             warehouse=str(cfg.destination.warehouse),
+            secrets_path=str(SecretsFile.beside(cfg).path),
         )
 
     # -- Spark -----------------------------------------------------------------------------------
@@ -94,10 +101,13 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                     warehouse = self.warehouse
                     if "://" not in warehouse and not warehouse.startswith("file:"):
                         warehouse = str(Path(warehouse).resolve())
+                    from dagster_incremental.secrets import with_secret_spark_conf
+
                     conf = spark_conf(
                         master=self.master,
                         app_name=self.app_name,
-                        conf=self.spark_config,
+                        # secret conf is read here, at first use, and never kept in a field
+                        conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
                         table_format=self.table_format,
                         catalog=self.catalog,
                         warehouse=warehouse,

@@ -8,6 +8,7 @@ remembers what it already requested, and the run_key makes repeated evaluations 
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -21,7 +22,7 @@ from dagster_incremental.state_store import latest_dagster_state
 
 def build_incremental_sensor(
     asset: dg.AssetsDefinition,
-    probe: Callable[[], Any],
+    probe: Callable[..., Any],
     *,
     name: str | None = None,
     minimum_interval_seconds: int = 60,
@@ -33,7 +34,9 @@ def build_incremental_sensor(
     Args:
         asset: an `@incremental_asset`.
         probe: returns the source's current high-water mark (same type as the cursor), or None
-            when the source is empty. Keep it cheap: it runs on every evaluation.
+            when the source is empty. Keep it cheap: it runs on every evaluation. Parameters it
+            declares are filled from the asset's secrets.toml section, read at each evaluation
+            (`def probe(api_token: str | None = None)`), and its errors are masked like the asset's.
         name: sensor name; default `<asset>_incremental_sensor`.
 
     For a partitioned asset the request targets the newest (open) partition.
@@ -45,6 +48,7 @@ def build_incremental_sensor(
     """
     key = asset.key
     partitions_def = asset.partitions_def
+    call_probe = _probe_with_secrets(asset, probe) if inspect.signature(probe).parameters else probe
     sensor_name = name or f"{key.to_python_identifier()}_incremental_sensor"
 
     @dg.sensor(
@@ -55,7 +59,7 @@ def build_incremental_sensor(
         description=description or f"Requests {key.to_user_string()} when its source is ahead of the cursor.",
     )
     def _sensor(context: dg.SensorEvaluationContext):
-        hwm = probe()
+        hwm = call_probe()
         if hwm is None:
             return dg.SkipReason("the source is empty")
         partition = None
@@ -86,6 +90,27 @@ def build_incremental_sensor(
         )
 
     return _sensor
+
+
+def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[[], Any]:
+    """`probe` called with the secrets of `[assets.<asset>]` it names; errors holding one are masked."""
+    from dagster_incremental.asset import incremental_settings, load_run_secrets
+
+    settings = incremental_settings(asset)
+    if settings is None:
+        return probe
+
+    def call() -> Any:
+        kwargs, redactor = load_run_secrets(settings, probe, strict=False)
+        try:
+            return probe(**kwargs)
+        except Exception as exc:
+            masked = redactor.checked(exc, f"sensor probe of {asset.key.to_user_string()}: ")
+            if masked is not None:
+                raise masked from None
+            raise
+
+    return call
 
 
 def _not_beyond(source: Any, cursor: Any, last_value_func: str | None) -> bool:

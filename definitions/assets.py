@@ -1,6 +1,7 @@
 """The example assets: what a data engineer would write with dagster-incremental.
 
-Their cursors, keys and write dispositions live in config/config.toml (section per asset); the
+Their cursors, keys and write dispositions live in config/config.toml (section per asset), their
+credentials in config/secrets.toml (optional, git-ignored; see config/secrets.toml.example); the
 code only says where the data comes from. The sources are shipped in `definitions.sources` and
 are created on first use, so the code location runs on a fresh machine with nothing else.
 """
@@ -45,13 +46,16 @@ def ensure_event_files() -> Path:
 
 
 @contextlib.contextmanager
-def events_api_url() -> Iterator[str]:
-    """$EVENTS_API_URL (e.g. `python -m definitions.simulate serve-api`), else a server for this run."""
+def events_api_url(token: str | None = None) -> Iterator[str]:
+    """$EVENTS_API_URL (e.g. `python -m definitions.simulate serve-api`), else a server for this run.
+
+    The server started here requires `token` when one is given, as the real API would.
+    """
     url = os.environ.get(EVENTS_API_ENV)
     if url:
         yield url
         return
-    server, thread, base_url = events_api.serve(port=0)
+    server, thread, base_url = events_api.serve(port=0, token=token)
     try:
         yield base_url
     finally:
@@ -76,10 +80,14 @@ def customers(context: dg.AssetExecutionContext):
 
 
 @incremental_asset(group_name="web", config_path=CONFIG)
-def api_events(context: dg.AssetExecutionContext, created_at: Incremental):
-    """Events from a paginated HTTP API served newest first: paging stops at the cursor."""
-    with events_api_url() as base_url:
-        yield from events_api.iter_event_pages(base_url, page_size=100)
+def api_events(context: dg.AssetExecutionContext, created_at: Incremental, api_token: str | None = None):
+    """Events from a paginated HTTP API served newest first: paging stops at the cursor.
+
+    `api_token` comes from config/secrets.toml ([assets.api_events] api_token) or
+    $DAGSTER_INCREMENTAL_SECRETS__ASSETS__API_EVENTS__API_TOKEN; without one the API is open.
+    """
+    with events_api_url(api_token) as base_url:
+        yield from events_api.iter_event_pages(base_url, page_size=100, token=api_token)
 
 
 @incremental_asset(group_name="events", config_path=CONFIG)

@@ -16,14 +16,20 @@ client the asset calls.
 Page numbers count from the newest event at the time of each request, so events arriving
 between two page requests push older events onto later pages: a client may see an event
 twice (dedup on `event_id`), never miss one. The server binds loopback addresses only.
+
+Started with a token (`serve(token=...)`, `--token` / $EVENTS_API_TOKEN), the server answers
+/events and /advance only with `Authorization: Bearer <token>` (else 401), as a SaaS API would:
+the example asset gets its token from config/secrets.toml.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import hmac
 import ipaddress
 import json
+import os
 import random
 import socket
 import threading
@@ -52,6 +58,7 @@ __all__ = [
 DEFAULT_START = "2024-01-01T00:00:00Z"
 MAX_PAGE_SIZE = 1000
 MAX_ADVANCE = 100_000
+TOKEN_ENV = "EVENTS_API_TOKEN"
 _MEAN_GAP_SECONDS = 30.0
 _TYPES = ["page_view", "page_view", "page_view", "page_view", "click", "click", "search",
           "add_to_cart", "checkout", "login"]
@@ -162,9 +169,11 @@ class EventsServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], store: EventStore, *, quiet: bool = True) -> None:
+    def __init__(self, address: tuple[str, int], store: EventStore, *, quiet: bool = True,
+                 token: str | None = None) -> None:
         self.store = store
         self.quiet = quiet
+        self.token = token or None
         self.requests: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         super().__init__(address, _Handler)
@@ -182,9 +191,24 @@ class _Handler(BaseHTTPRequestHandler):
     server: EventsServer
     server_version = "ExampleEventsAPI/1.0"
 
+    def _authorized(self) -> bool:
+        """With a token set, /events and /advance need `Authorization: Bearer <token>`."""
+        expected = self.server.token
+        if expected is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
+            return True
+        # Never echo what was sent: it may be a (wrong or leaked) credential.
+        self._reply(HTTPStatus.UNAUTHORIZED, {"error": "missing or wrong bearer token"},
+                    {"WWW-Authenticate": "Bearer"})
+        return False
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         url = urllib.parse.urlsplit(self.path)
         self.server.count(url.path)
+        if url.path != "/health" and not self._authorized():
+            return
         if url.path == "/health":
             store = self.server.store
             self._reply(HTTPStatus.OK, {"status": "ok", "events": len(store), "newest": store.newest})
@@ -205,6 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         url = urllib.parse.urlsplit(self.path)
         self.server.count(url.path)
+        if not self._authorized():
+            return
         if url.path != "/advance":
             self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint: POST {url.path}"})
             return
@@ -217,11 +243,14 @@ class _Handler(BaseHTTPRequestHandler):
         total = store.advance(n)
         self._reply(HTTPStatus.OK, {"added": n, "events": total, "newest": store.newest})
 
-    def _reply(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+    def _reply(self, status: HTTPStatus, body: dict[str, Any],
+               headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -275,18 +304,20 @@ def serve(
     start: TimeLike | None = None,
     live: bool = False,
     quiet: bool = True,
+    token: str | None = None,
 ) -> tuple[EventsServer, threading.Thread, str]:
     """Start the API on a background thread; returns `(server, thread, base_url)`.
 
     `port=0` picks a free port (tests). The first `events` events start at `start` (default
     2024-01-01T00:00:00Z, so tests are deterministic); `live=True` without `start` ends that
     history at the wall clock and then reveals new events as wall-clock time passes.
+    With `token`, /events and /advance require `Authorization: Bearer <token>` (else 401).
     Stop it with `server.shutdown(); server.server_close()`.
     """
     bind = _require_loopback(host)
     store = EventStore(seed=seed, events=events, start=start, live=live)
     cls = _EventsServer6 if ":" in bind else EventsServer
-    server = cls((bind, port), store, quiet=quiet)
+    server = cls((bind, port), store, quiet=quiet, token=token)
     # A short poll interval: shutdown() returns within 0.1 s (tests start and stop many servers).
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                               name="events-api", daemon=True)
@@ -303,10 +334,13 @@ def serve(
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _get_json(url: str, timeout: float) -> dict[str, Any]:
+def _get_json(url: str, timeout: float, token: str | None = None) -> dict[str, Any]:
     host = urllib.parse.urlsplit(url).hostname or ""
     _require_loopback(host)
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout) as response:
             return json.loads(response.read())
@@ -326,35 +360,38 @@ def iter_event_pages(
     timeout: float = 5,
     *,
     since: TimeLike | None = None,
+    token: str | None = None,
 ) -> Iterator[list[dict]]:
     """Yield pages of events, newest first, requesting one page per `next()`.
 
     Lazy on purpose: the incremental engine stops iterating once a page is older than its
     cursor, and no further request is made. Stops after the last page (`next_page` null).
     `since` asks the server to filter (`created_at >= since`) when the caller knows the bound.
+    `token` is sent as `Authorization: Bearer <token>` (never in the URL, which errors show).
     """
     if page_size < 1 or page_size > MAX_PAGE_SIZE:
         raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
     base = base_url.rstrip("/")
     _require_loopback(urllib.parse.urlsplit(base).hostname or "")  # fail at the call, not later
-    return _pages(base, page_size, timeout, None if since is None else iso_utc_ceil(since))
+    return _pages(base, page_size, timeout, None if since is None else iso_utc_ceil(since), token)
 
 
-def _pages(base: str, page_size: int, timeout: float, since: str | None) -> Iterator[list[dict]]:
+def _pages(base: str, page_size: int, timeout: float, since: str | None,
+           token: str | None = None) -> Iterator[list[dict]]:
     page: int | None = 1
     while page is not None:
         params = {"page": page, "page_size": page_size}
         if since is not None:
             params["since"] = since
-        body = _get_json(f"{base}/events?{urllib.parse.urlencode(params)}", timeout)
+        body = _get_json(f"{base}/events?{urllib.parse.urlencode(params)}", timeout, token)
         if body["items"]:
             yield body["items"]
         page = body["next_page"]
 
 
-def latest_event_time(base_url: str, timeout: float = 5) -> str | None:
+def latest_event_time(base_url: str, timeout: float = 5, *, token: str | None = None) -> str | None:
     """`created_at` of the newest event (None when there is none): one tiny request, a sensor probe."""
-    body = _get_json(f"{base_url.rstrip('/')}/events?page=1&page_size=1", timeout)
+    body = _get_json(f"{base_url.rstrip('/')}/events?page=1&page_size=1", timeout, token)
     return body["items"][0]["created_at"] if body["items"] else None
 
 
@@ -378,17 +415,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--static", action="store_true",
                         help="history from 2024-01-01 and no growth with the clock (only POST /advance)")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument("--token", default=os.environ.get(TOKEN_ENV),
+                        help=f"require `Authorization: Bearer <token>` (default ${TOKEN_ENV}; prefer "
+                             "the variable: command lines are visible to other users)")
 
 
 def run_forever(args: argparse.Namespace) -> None:
     try:
         server, thread, base_url = serve(args.host, args.port, seed=args.seed, events=args.events,
-                                         live=not args.static, quiet=not args.verbose)
+                                         live=not args.static, quiet=not args.verbose,
+                                         token=getattr(args, "token", None))
     except (ValueError, OSError) as exc:
         raise SystemExit(f"events API: {exc}") from None
     store = server.store
     try:
-        print(f"events API on {base_url}/events ({len(store)} events, newest {store.newest}); "
+        auth = ", bearer token required" if server.token else ""
+        print(f"events API on {base_url}/events ({len(store)} events, newest {store.newest}{auth}); "
               f"Ctrl-C stops it", flush=True)
         thread.join()
     except KeyboardInterrupt:
