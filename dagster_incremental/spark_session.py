@@ -64,12 +64,21 @@ def spark_conf(
         # pandas/Arrow <-> Spark conversions go through Arrow, not row by row.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    if master.startswith("local"):
-        # An embedded session talks to nobody: keep the driver on loopback.
+    # A standalone master on loopback (spark://127.0.0.1:7077, localhost, [::1]; every host of an
+    # HA list) means its workers and executors run on this machine.
+    hosts = master[len("spark://"):].split(",") if master.startswith("spark://") else []
+    on_loopback = bool(hosts) and all(
+        h.rsplit(":", 1)[0] in ("localhost", "[::1]") or h.startswith("127.") for h in hosts
+    )
+    if master.startswith("local") or on_loopback:
+        # An embedded session, or a standalone cluster on this machine's loopback (tests, a
+        # laptop cluster): the executors reach the driver on loopback, and nobody else can.
         out["spark.driver.host"] = "127.0.0.1"
         out["spark.driver.bindAddress"] = "127.0.0.1"
         # Python workers run in this interpreter's environment (pyarrow, pandas for the cursor
-        # filter's pandas UDF), even when a virtualenv was not activated.
+        # filter's pandas UDF), even when a virtualenv was not activated. Only on this machine:
+        # a remote cluster's executors need their own Python (spark.pyspark.python or
+        # PYSPARK_PYTHON); this interpreter's path means nothing there.
         out["spark.pyspark.python"] = sys.executable
     user = {k: str(v) for k, v in (conf or {}).items()}
     if table_format == "iceberg":
