@@ -86,7 +86,12 @@ def spark_conf(
             out["spark.jars"] = iceberg_runtime_jar()
         out["spark.sql.extensions"] = ICEBERG_EXTENSIONS
         if catalog and warehouse is not None:
-            out.update(iceberg_catalog_conf(catalog, warehouse))
+            defaults = iceberg_catalog_conf(catalog, warehouse)
+            if f"spark.sql.catalog.{catalog}.catalog-impl" in user:
+                # A custom catalog class (Glue, Nessie, JDBC...): Iceberg refuses it next to a
+                # `type`, so the default hadoop type steps aside.
+                defaults.pop(f"spark.sql.catalog.{catalog}.type")
+            out.update(defaults)
     out.update(user)
     return out
 
