@@ -633,10 +633,10 @@ class TableWriter:
 
         kind "keyed" (upsert, delete-insert on the primary key alone) counts as MERGE does: a
         batch row whose key was in the table is an update (even with equal values), a tombstone
-        whose key was there a delete, the other rows inserts. Without tombstones and delete
-        files that follows from the summary (net added rows = inserts); otherwise one join of
-        the batch's keys with the table as of the parent snapshot decides it. Both are exact,
-        and neither reads the rewritten files as the changelog does.
+        whose key was there a delete, the other rows inserts. Without tombstones that follows
+        from the summary (net added live rows = inserts); with them one join of the batch's
+        keys with the table as of the parent snapshot decides it. Both are exact, and neither
+        reads the rewritten files as the changelog does.
         """
         snapshot = find_snapshot(self.spark, spec.table, commit_id)
         if snapshot is None:
@@ -650,8 +650,14 @@ class TableWriter:
             kind = "summary"
         summary = snapshot.summary
         if kind == "keyed" and batch_rows is not None and aligned is not None:
-            if not batch_rows.tombstones and not _int(summary, "added-delete-files"):
-                inserted = _int(summary, "added-records") - _int(summary, "deleted-records")
+            if not batch_rows.tombstones and not _int(summary, "added-equality-deletes"):
+                # Every batch row leaves exactly one live row: the live rows it added are inserts.
+                # Live = records - position deletes, whether files were rewritten (copy-on-write)
+                # or deletes written (merge-on-read, where a delete file also absorbs the earlier
+                # deletes of its data file: added minus removed is what this commit deleted).
+                records = _int(summary, "added-records") - _int(summary, "deleted-records")
+                deletes = _int(summary, "added-position-deletes") - _int(summary, "removed-position-deletes")
+                inserted = records - deletes
                 counts = _Counts(inserted=inserted, updated=batch_rows.rows - inserted)
             else:
                 counts = self._matched_keys(spec, aligned, batch_rows, snapshot)
