@@ -4,8 +4,9 @@ Why: keyed merge tables are merge-on-read (table_writer): a change run writes it
 a small delete file instead of rewriting every data file an update touches (copy-on-write),
 which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
 pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
-earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows,
-or the table holds COMPACT_AT_DELETE_FILES delete files, the IO manager folds them into the
+earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
+(and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
+manager folds them into the
 data files (Iceberg's rewrite_data_files on the files that have deletes, then
 rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
 rewrite copy-on-write did on every run, done once per many runs. A compaction is
@@ -22,6 +23,7 @@ from dagster_incremental.write_spec import WriteResult
 
 COMPACT_AT_DELETE_FILES = 64
 COMPACT_AT_DELETED_SHARE = 0.10
+COMPACT_AT_DELETED_ROWS = 10_000  # below this, deletes cost readers next to nothing
 
 
 def needs_compaction(result: WriteResult) -> bool:
@@ -29,7 +31,8 @@ def needs_compaction(result: WriteResult) -> bool:
     if not result.delete_files:
         return False
     share = result.position_deletes / max(result.row_count + result.position_deletes, 1)
-    return result.delete_files >= COMPACT_AT_DELETE_FILES or share >= COMPACT_AT_DELETED_SHARE
+    many_rows = result.position_deletes >= COMPACT_AT_DELETED_ROWS and share >= COMPACT_AT_DELETED_SHARE
+    return many_rows or result.delete_files >= COMPACT_AT_DELETE_FILES
 
 
 def compact(spark: SparkSession, table: str) -> dict[str, Any]:

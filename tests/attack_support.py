@@ -68,10 +68,16 @@ def table_exists(spark, io, asset_name: str) -> bool:
 
 
 def snapshots(spark, io, asset_name: str) -> list[int]:
-    """The table's snapshot ids, oldest first ([] when there is no table)."""
+    """The ids of the table's data commits (made by runs), oldest first ([] without a table).
+
+    Compactions of merge-on-read deletes (maintenance.py) are commits too, but change no row.
+    """
     if not table_exists(spark, io, asset_name):
         return []
-    rows = spark.sql(f"SELECT snapshot_id FROM {table_id(io, asset_name)}.`snapshots` ORDER BY committed_at").collect()
+    rows = spark.sql(
+        f"SELECT snapshot_id FROM {table_id(io, asset_name)}.`snapshots` "
+        "WHERE summary['dagster_incremental.commit_id'] IS NOT NULL ORDER BY committed_at"
+    ).collect()
     return [r.snapshot_id for r in rows]
 
 

@@ -409,7 +409,7 @@ def test_a_cursor_reported_by_hand_wins_over_the_table(spark, instance, io_manag
 def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
     from dagster_incremental import maintenance
 
-    monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_SHARE", 0.0)  # any delete file triggers it
+    monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_ROWS", 1)  # this tiny table qualifies
     source = [{"id": i, "v": "a", "updated_at": iso(1)} for i in range(1, 5)]
 
     @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"}, config_path=config_file)

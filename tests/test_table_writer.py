@@ -469,8 +469,11 @@ def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_curs
         assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (1, 1, 0)
     # Iceberg keeps one delete file per data file: 3 deleted positions, 13 % of the rows
     assert (result.delete_files, result.position_deletes, result.row_count) == (1, 3, 23)
-    assert maintenance.needs_compaction(result)
-    assert not maintenance.needs_compaction(dataclasses.replace(result, position_deletes=1))
+    assert not maintenance.needs_compaction(result)  # 13 % of a tiny table: not worth a rewrite
+    big = dataclasses.replace(result, row_count=90_000, position_deletes=10_000)
+    assert maintenance.needs_compaction(big)
+    assert not maintenance.needs_compaction(dataclasses.replace(big, row_count=200_000))  # 5 %
+    assert maintenance.needs_compaction(dataclasses.replace(result, delete_files=maintenance.COMPACT_AT_DELETE_FILES))
     before = contents(spark, table)
 
     maintenance.compact(spark, table)
