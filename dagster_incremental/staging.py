@@ -126,7 +126,10 @@ def stage_batches(spark, output: Any, runs: Mapping[str, Any], settings: Any, sp
     if tables:
         table = _typed_cursor_columns_arrow(pa.concat_tables(tables, promote_options="permissive"), runs)
         if not frames and local_batch.covers(spec, table.column_names):
-            table, deduplicated = local_batch.deduplicate(table, spec), True
+            try:
+                table, deduplicated = local_batch.deduplicate(table, spec), True
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                pass  # a key type Arrow can't sort or group (e.g. a map): Spark's dedup does it
         frames.insert(0, arrow_to_spark(spark, table))
     if not frames:
         return Staged(None)

@@ -103,3 +103,20 @@ def test_covers_only_one_row_per_key_strategies():
     assert not local_batch.covers(spec(primary_key=("missing",)), cols)  # the Spark path reports it
     assert not local_batch.covers(spec(dedup_sort=("seq", "up")), cols)
     assert not local_batch.covers(spec(), [*cols, "__di_x"])
+
+
+def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark):
+    from types import SimpleNamespace
+
+    from dagster_incremental.staging import stage_batches
+
+    settings = SimpleNamespace(name="x")
+    rows = [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}, {"id": 2, "v": "c"}]
+    staged = stage_batches(spark, rows, {}, settings, spec())
+    assert staged.deduplicated and sorted(r.v for r in staged.frame.collect()) == ["b", "c"]
+
+    struct_keys = pa.table({"id": pa.array([{"a": 1}, {"a": 1}]), "v": ["a", "b"]})
+    staged = stage_batches(spark, struct_keys, {}, settings, spec())
+    assert not staged.deduplicated and staged.frame.count() == 2  # prepare_batch dedups in Spark
+    prepared = prepare_batch(spark, spec(), staged.frame, run_started_at=T0)
+    assert [r.v for r in prepared.select(*table_columns(prepared)).collect()] == ["b"]
