@@ -287,20 +287,20 @@ class TableWriter:
         return read_committed_state(self.spark, table, scope)
 
     def unchanged(self, table: str) -> WriteResult:
-        """The WriteResult of a run that commits nothing: no changes, the table as it is."""
-        row = self.spark.sql(
-            f"""SELECT s.snapshot_id, s.summary
-                FROM {table}.`snapshots` AS s JOIN {table}.`history` AS h ON s.snapshot_id = h.snapshot_id
-                WHERE h.is_current_ancestor ORDER BY h.made_current_at DESC LIMIT 1"""
-        ).collect()
-        summary = dict(row[0].summary or {}) if row else {}
+        """The WriteResult of a run that commits nothing: no changes, the table as it is
+        (its current snapshot, read from the Iceberg Table object: no Spark job)."""
+        iceberg = self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, table
+        )
+        current = iceberg.currentSnapshot()
+        summary = dict(current.summary()) if current is not None else {}
         schema = self.spark.table(table).schema
         return WriteResult(
             rows_inserted=0,
             rows_updated=0,
             rows_deleted=0,
             row_count=self._row_count(table, summary),
-            snapshot_id=row[0].snapshot_id if row else None,
+            snapshot_id=current.snapshotId() if current is not None else None,
             schema=tuple((f.name, f.dataType.simpleString()) for f in schema.fields),
         )
 
