@@ -482,3 +482,16 @@ def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_curs
     assert writer.read_committed_state(table).state == {"last_value": 4}  # a compaction carries no cursor
     after = writer.write(spec, frame(spark, [(2, D(2024, 1, 9), "c")]), commit=info(5))
     assert (after.rows_inserted, after.rows_updated, after.row_count) == (0, 1, 23)
+
+
+def test_a_table_created_by_someone_else_meanwhile_is_merged_into_not_recreated(spark, writer, table, monkeypatch):
+    """CREATE TABLE AS SELECT for a new table loses the race to another creator: merge instead."""
+    import dagster_incremental.table_writer as tw
+
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1))  # the other creator
+    monkeypatch.setattr(tw, "table_exists", lambda spark, name: False)  # this run looked before it
+    result = writer.write(spec, frame(spark, [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]), commit=info(2))
+    assert (result.rows_inserted, result.rows_updated, result.row_count) == (1, 1, 2)
+    assert contents(spark, table) == [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]
+    assert writer.read_committed_state(table).state == {"last_value": 2}
