@@ -47,3 +47,12 @@ def spark(spark_warehouse):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def instance():
+    """A throwaway Dagster instance (its own temp storage) for one test."""
+    import dagster as dg
+
+    with dg.instance_for_test() as inst:
+        yield inst

@@ -26,12 +26,6 @@ def iso(day: int, hour: int = 0) -> str:
 
 
 @pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
-
-
-@pytest.fixture
 def namespace():
     return "t_" + uuid.uuid4().hex[:8]
 

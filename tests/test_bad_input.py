@@ -44,12 +44,6 @@ NEXT = {"id": 3, "amount": 30, "updated": 3}
 
 
 @pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
-
-
-@pytest.fixture
 def namespace():
     return "bad_" + uuid.uuid4().hex[:8]
 

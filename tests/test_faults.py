@@ -91,12 +91,6 @@ class History:
         assert committed_states(spark, io, name)[-1]["last_value"] == self.clock
 
 
-@pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
-
-
 # -- in-process faults ------------------------------------------------------------------------------
 
 

@@ -63,12 +63,6 @@ def project(tmp_path, spark_warehouse):
     return project
 
 
-@pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
-
-
 def run_asset(asset, instance, io) -> dg.ExecuteInProcessResult:
     return dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=QUIET,
                           raise_on_error=False)
