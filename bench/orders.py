@@ -6,7 +6,7 @@ on `id`, incremental on `updated_at`, all through `dg.materialize`. Same setting
 ../shared/bench/peer_dlt.py (initial_value 2023-01-01, merge/upsert, primary key id).
 
     python -m bench.orders --rows 1000000 --changes 10000 --runs 6
-    python -m bench.orders --rows 20000 --changes 1000 --runs 3 --verify    # checks the table
+    python -m bench.orders --rows 20000 --changes 1000 --runs 3 --verify    # checks the table (Arrow)
     python -m bench.orders --profile /tmp/orders.prof                       # cProfile of run 0
 
 Prints ONE JSON line: seconds per run (Spark session start excluded, reported as spark_start_s),
@@ -22,8 +22,12 @@ import io as _io
 import pstats
 import time
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from bench import common
-from bench.workload import expected_table, pages
+from bench.workload import pages
 
 CONFIG = """\
 [assets.orders]
@@ -49,17 +53,49 @@ def build_asset(config_path: str, state: dict, rows: int, changes: int, timer=No
     return orders
 
 
-def verify(spark, table: str, runs: int, rows: int, changes: int) -> None:
-    """The table must equal the workload's expected upsert result (small sizes only)."""
-    expected = expected_table(runs, rows, changes)
-    got = {r["id"]: r for r in (row.asDict() for row in spark.table(table).collect())}
-    assert set(got) == set(expected), f"ids differ: {len(got)} vs {len(expected)}"
-    for key, want in expected.items():
-        have = got[key]
-        for col in ("customer_id", "status", "amount", "version"):
-            assert have[col] == want[col], (key, col, have[col], want[col])
-        stamp = have["updated_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
-        assert stamp == want["updated_at"], (key, stamp, want["updated_at"])
+COLUMNS = ("id", "customer_id", "status", "amount", "version", "updated_at")
+TS = pa.timestamp("us", tz="UTC")
+
+
+def expected_arrow(runs: int, rows: int, changes: int) -> pa.Table:
+    """`workload.expected_table` as an Arrow table sorted by id, built without a per-row loop.
+
+    Every run's pages are concatenated in order and the last version of each id wins, so it holds
+    at 10M rows where the dict of `expected_table` (and a collect() of Row objects) would not.
+    """
+    t = pa.concat_tables(pa.Table.from_pylist(p) for run in range(runs) for p in pages(run, rows, changes))
+    t = t.append_column("_seq", pa.array(np.arange(t.num_rows)))
+    last = t.group_by("id", use_threads=False).aggregate([("_seq", "max")])["_seq_max"]
+    t = t.take(last).drop_columns(["_seq"]).sort_by("id").select(list(COLUMNS))
+    stamps = pc.strptime(t["updated_at"], "%Y-%m-%dT%H:%M:%SZ", "us").cast(TS)
+    return t.set_column(t.schema.get_field_index("updated_at"), "updated_at", stamps)
+
+
+def mismatches(expected: pa.Table, got: pa.Table) -> dict[str, int]:
+    """Rows that differ per column between two id-sorted tables (all rows if the ids differ)."""
+    if got.num_rows != expected.num_rows or not got["id"].equals(expected["id"]):
+        return {"id": abs(got.num_rows - expected.num_rows) or expected.num_rows}
+    out = {}
+    for col in COLUMNS:
+        have = got[col].cast(expected[col].type)
+        n = pc.sum(pc.invert(pc.fill_null(pc.equal(have, expected[col]), False))).as_py() or 0
+        if n:
+            out[col] = n
+    return out
+
+
+def verify(spark, table: str, runs: int, rows: int, changes: int) -> dict:
+    """The table must equal the workload's expected upsert result: an Arrow comparison, any size.
+
+    The JVM sorts the table by id and hands it over as Arrow batches; every column is compared
+    with `expected_arrow` (timestamps as UTC instants). Raises on any difference.
+    """
+    t = time.perf_counter()
+    batches = spark.table(table).select(*COLUMNS).orderBy("id")._collect_as_arrow()
+    got = pa.Table.from_batches(batches) if batches else pa.table({})
+    bad = mismatches(expected_arrow(runs, rows, changes), got)
+    assert not bad, f"table differs from the workload's expectation: {bad}"
+    return {"verify_s": round(time.perf_counter() - t, 3), "verified_rows": got.num_rows}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -112,8 +148,9 @@ def main(argv: list[str] | None = None) -> dict:
             common.log(f"run {run}: {seconds[-1]} s {meta[-1]} {phases[-1]}")
         table = io.table_name(dg.AssetKey("orders"))
         n = spark.table(table).count()
-        if args.verify:
-            verify(spark, table, args.runs, args.rows, args.changes)
+        # Peaks before the verification adds its own tables.
+        peak_runs, jvm_peak = common.py_peak_rss_mb(), common.jvm_peak_rss_mb(spark)
+        checked = verify(spark, table, args.runs, args.rows, args.changes) if args.verify else {}
         record = {
             "bench": "orders",
             "engine": "dagster-incremental+iceberg",
@@ -126,12 +163,13 @@ def main(argv: list[str] | None = None) -> dict:
             "spark_start_s": spark_start,
             "py_rss_before_mb": rss_before,
             "py_peak_rss_first_run_mb": peak_first,
-            "py_peak_rss_mb": common.py_peak_rss_mb(),
-            "jvm_peak_rss_mb": common.jvm_peak_rss_mb(spark),
+            "py_peak_rss_mb": peak_runs,
+            "jvm_peak_rss_mb": jvm_peak,
             "py_workers_peak_rss_mb": common.workers_rss_mb(spark),
             "per_run": meta,
             "phases": phases,
             "verified": bool(args.verify),
+            **checked,
             **common.machine(),
         }
         spark.stop()
