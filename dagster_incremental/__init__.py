@@ -13,7 +13,12 @@ __version__ = "0.1.0"
 
 # The pure cursor engine is imported eagerly: importing its submodule would otherwise shadow the
 # lazily exported function `incremental` with the module of the same name.
-from dagster_incremental.incremental import Incremental, IncrementalRun, incremental  # noqa: E402
+from dagster_incremental.incremental import (  # noqa: E402
+    Incremental,
+    IncrementalRun,
+    IncrementalSpec,
+    incremental,
+)
 
 _EXPORTS: dict[str, str] = {
     # config.toml
@@ -35,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ConcurrentRunError": "dagster_incremental.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "Incremental", "IncrementalRun", "incremental"])
+__all__ = sorted([*_EXPORTS, "Incremental", "IncrementalRun", "IncrementalSpec", "incremental"])
 
 
 def __getattr__(name: str) -> Any:
@@ -51,5 +56,19 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-if TYPE_CHECKING:  # for type checkers and IDEs only
-    from dagster_incremental.errors import *  # noqa: F403
+if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, not Any
+    from dagster_incremental.asset import incremental_asset
+    from dagster_incremental.config import ProjectConfig, load_config
+    from dagster_incremental.errors import (
+        ConcurrentRunError,
+        CursorPathMissing,
+        CursorStateMismatch,
+        CursorTypeError,
+        CursorValueNone,
+        DataShapeError,
+        IncrementalConfigError,
+        IncrementalError,
+        PrimaryKeyMissing,
+    )
+    from dagster_incremental.io_manager import SparkTableIOManager
+    from dagster_incremental.sensors import build_incremental_sensor

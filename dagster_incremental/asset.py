@@ -15,13 +15,13 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, overload
 
 import dagster as dg
 
 from dagster_incremental import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
-from dagster_incremental.incremental import Incremental, incremental
+from dagster_incremental.incremental import Incremental, IncrementalSpec, incremental
 from dagster_incremental.secrets import Redactor, Secrets, SecretsFile, function_arguments
 from dagster_incremental.sql import qualified
 from dagster_incremental.boundary_check import drop_rows_already_loaded
@@ -82,7 +82,7 @@ class AssetSettings:
     partition_by: tuple[str, ...]
     partitions_def: dg.PartitionsDefinition | None
     pool: str | None
-    cursors: Mapping[str, Incremental]  # parameter name -> spec
+    cursors: Mapping[str, IncrementalSpec]  # parameter name -> spec
     table: str
     # secrets.toml: where it is and which parameters it fed when the code loaded. Never values:
     # those are read inside each run (see secrets.py).
@@ -130,6 +130,30 @@ class AssetSettings:
         }
 
 
+@overload
+def incremental_asset(fn: Callable[..., Any], /) -> dg.AssetsDefinition: ...
+
+
+@overload
+def incremental_asset(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    merge_key: str | Sequence[str] | None = None,
+    write_disposition: str | Mapping[str, Any] = "append",
+    columns: Mapping[str, Mapping[str, Any]] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_by: str | Sequence[str] | None = None,
+    config_path: str | None = None,
+    io_manager_key: str = "io_manager",
+    **asset_kwargs: Any,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]: ...
+
+
 def incremental_asset(
     fn: Callable[..., Any] | None = None,
     *,
@@ -146,7 +170,7 @@ def incremental_asset(
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     **asset_kwargs: Any,
-):
+) -> dg.AssetsDefinition | Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Declare a resource function as an incremental Dagster asset.
 
     The parameter annotated `Incremental` receives the bound cursor run; its spec comes from
@@ -338,11 +362,11 @@ def _partitions_from_config(partitions) -> dg.TimeWindowPartitionsDefinition:
 
 def _is_incremental_param(param: inspect.Parameter) -> bool:
     annotation = param.annotation
-    if annotation is Incremental:
+    if isinstance(annotation, type) and issubclass(annotation, Incremental):
         return True
     if isinstance(annotation, str):
         return annotation.split(".")[-1] in ("Incremental", "Incremental | None", "Optional[Incremental]")
-    return isinstance(param.default, Incremental)
+    return isinstance(param.default, IncrementalSpec)
 
 
 def _reserved_params(func) -> dict[str, str]:
@@ -358,10 +382,10 @@ def _reserved_params(func) -> dict[str, str]:
 
 def _resolve_cursors(
     func, asset_name: str, from_config: Mapping[str, Mapping[str, Any]], cfg, secret_params: Sequence[str] = ()
-) -> dict[str, Incremental]:
+) -> dict[str, IncrementalSpec]:
     signature = inspect.signature(func)
     params = list(signature.parameters.values())
-    cursors: dict[str, Incremental] = {}
+    cursors: dict[str, IncrementalSpec] = {}
     for index, param in enumerate(params):
         if _is_incremental_param(param):
             cursors[param.name] = _cursor_spec(asset_name, param, from_config.get(param.name, {}), cfg)
@@ -385,8 +409,8 @@ def _resolve_cursors(
     return cursors
 
 
-def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> Incremental:
-    default = param.default if isinstance(param.default, Incremental) else None
+def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> IncrementalSpec:
+    default = param.default if isinstance(param.default, IncrementalSpec) else None
     location = cfg.where(asset_name, param.name)
     try:
         if default is not None:
@@ -760,7 +784,7 @@ def _cursor_state(state: Any, name: str, count: int) -> Any:
     return state.get(name) if isinstance(state, Mapping) else None
 
 
-def _typed_overrides(spec: Incremental, overrides: Mapping[str, Any]) -> dict[str, Any]:
+def _typed_overrides(spec: IncrementalSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Run config values arrive as text: give numbers back their type for numeric cursors."""
     reference = spec.initial_value
     out = {}

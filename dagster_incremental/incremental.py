@@ -1,9 +1,12 @@
-"""The cursor spec (`incremental(...)` -> `Incremental`) and its bound run (`IncrementalRun`).
+"""The cursor: `Incremental` (what an asset function's parameter is annotated with), its spec
+(`incremental(...)` -> `IncrementalSpec`) and its bound run (`spec.bind(state)` -> `IncrementalRun`).
 
-Why two objects: dlt's `Incremental` is config, transform, state and scheduler at once. Here the
+Why two classes: dlt's `Incremental` is config, transform, state and scheduler at once. Here the
 spec is a frozen, validated value (safe to share, to put in a signature default, to `replace`), and
 `spec.bind(state)` returns the run that owns the per-run mutable values (live last_value, the
-boundary keys, the out-of-range flags). The algorithm itself is in filter_core / filter_spark.
+boundary keys, the out-of-range flags). Both are an `Incremental`, so the parameter annotated
+`Incremental` type-checks whether it holds the default spec or the bound run the asset passes.
+The algorithm itself is in filter_core / filter_spark.
 
 Example:
     spec = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id")
@@ -14,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import sys
@@ -87,8 +91,56 @@ def _normalise_pk(value: Any, arg: str = "primary_key") -> tuple[str, ...] | Non
     )
 
 
+class Incremental(abc.ABC):
+    """A cursor as an asset function sees it: the values of its range, a filter, the state.
+
+    An asset's parameter annotated `Incremental` receives the bound run (`IncrementalRun`); a
+    spec (`IncrementalSpec`, from `incremental(...)`) answers as a run that has no state yet.
+    """
+
+    cursor_path: str
+
+    @property
+    @abc.abstractmethod
+    def initial_value(self) -> Any:
+        """The first run's start, also the floor for lag."""
+
+    @property
+    @abc.abstractmethod
+    def end_value(self) -> Any:
+        """The exclusive (or, with range_end="closed", inclusive) end of a bounded run, or None."""
+
+    @property
+    @abc.abstractmethod
+    def start_value(self) -> Any:
+        """Where this run starts: the previous last_value (lag-adjusted) or initial_value."""
+
+    @property
+    @abc.abstractmethod
+    def last_value(self) -> Any:
+        """The high-water mark so far: start_value before any row is filtered."""
+
+    @property
+    @abc.abstractmethod
+    def is_backfill(self) -> bool:
+        """True for a bounded, stateless run (end_value or a partition window)."""
+
+    @property
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any] | None:
+        """The JSON-serialisable state to persist after the run (None before any run)."""
+
+    @abc.abstractmethod
+    def filter(self, items: Any) -> Any:
+        """The in-range, not-yet-loaded rows of `items`, in the same kind as given."""
+
+    @abc.abstractmethod
+    def can_close(self) -> bool:
+        """True once row_order says no more in-range rows can come."""
+
+
 @dataclass(frozen=True)
-class Incremental:
+class IncrementalSpec(Incremental):
     """A validated cursor definition. Build it with `incremental(...)`; bind it per run.
 
     `primary_key=None` means "inherit the asset's primary key" (content hash if it has none);
@@ -236,7 +288,34 @@ class Incremental:
     def path(self) -> CursorPath:
         return self._path
 
-    def replace(self, **changes: Any) -> Incremental:
+    @property
+    def start_value(self) -> Any:
+        """start_value of a first run (no state): initial_value as the run would give it."""
+        return self.bind(None).start_value
+
+    @property
+    def last_value(self) -> Any:
+        return self.bind(None).last_value
+
+    @property
+    def is_backfill(self) -> bool:
+        return self.end_value is not None
+
+    @property
+    def state(self) -> dict[str, Any] | None:
+        """A spec has run nothing: no state."""
+        return None
+
+    def filter(self, items: Any) -> Any:
+        raise TypeError(
+            f"incremental({self.cursor_path!r}) is a cursor spec, not a run: filter with the bound run "
+            "`spec.bind(state).filter(items)` (an asset's Incremental parameter already is one)."
+        )
+
+    def can_close(self) -> bool:
+        return False
+
+    def replace(self, **changes: Any) -> IncrementalSpec:
         """A copy with `changes` applied and validated again (None is a value, not "unset")."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self) if f.init}
         if unknown:
@@ -274,9 +353,9 @@ def incremental(
     lag: float | None = None,
     *,
     cursor_type: str | None = None,
-) -> Incremental:
+) -> IncrementalSpec:
     """Define an incremental cursor (dlt's `dlt.sources.incremental` vocabulary and defaults)."""
-    return Incremental(
+    return IncrementalSpec(
         cursor_path=cursor_path,
         initial_value=initial_value,
         end_value=end_value,
@@ -306,7 +385,7 @@ def _is_pandas_df(obj: Any) -> bool:
     return pd is not None and isinstance(obj, pd.DataFrame)
 
 
-class IncrementalRun:
+class IncrementalRun(Incremental):
     """One run of a cursor: constant start/end, a live last_value, and the state to persist.
 
     Attributes for the asset / writer layer:
@@ -322,7 +401,7 @@ class IncrementalRun:
 
     def __init__(
         self,
-        spec: Incremental,
+        spec: IncrementalSpec,
         state: Mapping[str, Any] | None,
         *,
         window: tuple[Any, Any] | None,
@@ -330,8 +409,9 @@ class IncrementalRun:
         inherited_primary_key: str | Sequence[str] | None,
     ) -> None:
         self.spec = spec
+        self.cursor_path = spec.cursor_path
         self._given_state = copy.deepcopy(dict(state)) if state is not None else None
-        self.is_backfill = spec.end_value is not None or (window is not None and stateless)
+        self._is_backfill = spec.end_value is not None or (window is not None and stateless)
         if stateless and window is None and spec.end_value is None:
             raise IncrementalConfigError("bind(stateless=True) needs a window=(start, end) or an end_value.")
         self._check_state(state)
@@ -550,6 +630,11 @@ class IncrementalRun:
     def initial_value(self) -> Any:
         """The spec's initial_value, else the one recorded in the state (still the lag floor)."""
         return self._public(self._initial if self._initial is not None else self._state_initial)
+
+    @property
+    def is_backfill(self) -> bool:
+        """Bounded and stateless: an end_value, or a window bound with stateless=True."""
+        return self._is_backfill
 
     @property
     def boundary_value(self) -> Any:
