@@ -270,3 +270,44 @@ def instrument(names=PHASES) -> PhaseTimer:
             if mod_name.startswith("dagster_incremental") and getattr(mod, qual, None) is original:
                 setattr(mod, qual, wrapped)
     return timer
+
+
+# -- reporting ------------------------------------------------------------------------------------
+
+
+def seconds(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f} s"
+
+
+def markdown(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table (for stderr, to paste into bench/README.md)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_json(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[dict, float]:
+    """Run one benchmark process; returns its last JSON line and the process's wall seconds.
+
+    TMPDIR points at a folder removed afterwards, so the temp files of the peers (which clean up
+    after themselves only on success) go away too.
+    """
+    import subprocess
+
+    log("$", " ".join(cmd))
+    tmp = tempfile.mkdtemp(prefix="bench_run_")
+    try:
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                              env={**os.environ, **(env or {}), "TMPDIR": tmp})
+        wall = round(time.perf_counter() - t, 3)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    record = json.loads(lines[-1]) if lines else {}
+    record.setdefault("loadavg", [round(x, 2) for x in os.getloadavg()])
+    log(f"  {wall} s  {lines[-1][:300] if lines else ''}")
+    return record, wall

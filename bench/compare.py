@@ -1,62 +1,96 @@
-"""Ours against the peer (dlt), in turn A B A B, with the ratios the issue targets.
+"""Ours against the three peers on identical rows, in turn A B C D D C B A, with the issue's ratios.
 
-A = `python -m bench.orders` (this interpreter), B = ../shared/bench/peer_dlt.py run by the peer
-virtualenv's Python against OUR bench/workload.py (so both load identical rows):
+A = `python -m bench.orders --verify` (this interpreter; the final table is compared with the
+workload's expectation after the timed runs). The peers live in ../shared/bench/ and each is fed
+OUR bench/workload.py via --workload, so all four load the same rows:
 
-    python -m venv /tmp/peer && /tmp/peer/bin/pip install "dlt[duckdb,deltalake]==1.31.0"
+  B plain   peer_plain_spark.py, plain pyspark + Iceberg by hand (this interpreter: the floor)
+  C dgi     peer_dagster_iceberg.py, Dagster + dagster-iceberg (/tmp/peer-dgi/bin/python)
+  D dlt     peer_dlt.py --destination delta, dlt + delta-rs (/tmp/peer/bin/python)
+
     python -m bench.compare --rows 1000000 --changes 10000 --runs 6 --rounds 2
+    python -m bench.compare --rows 10000000 --changes 10000 --runs 3 --rounds 1   # the 10M variant
+    python -m bench.compare --peers plain,dlt --rows 20000 --changes 1000 --runs 3 --rounds 1
 
-Prints ONE JSON line: every A and B result, the medians, and the ratios ours/peer for the first
-run, the mean change run and the total, each next to its target (first <= 0.5, change <= 1.0,
-total <= 0.6), plus our Python peak RSS in the first run against 1 GB.
+Alternating the order per round pair spreads the box's load drift over all systems. Prints ONE
+JSON line (every result, medians over rounds, ratios ours/peer for the first run, the mean change
+run, the total and the worst change run, each against its target) and, on stderr, markdown tables
+to paste into bench/README.md. Every system must end with the same number of rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from bench import common
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_PEER = REPO.parent / "shared" / "bench" / "peer_dlt.py"
-TARGETS = {"first": 0.5, "change": 1.0, "total": 0.6}
+WORKLOAD = REPO / "bench" / "workload.py"
+PEERS = {  # name: (label, script in --peer-dir)
+    "plain": ("plain Spark + Iceberg", "peer_plain_spark.py"),
+    "dgi": ("Dagster + dagster-iceberg", "peer_dagster_iceberg.py"),
+    "dlt": ("dlt + delta", "peer_dlt.py"),
+}
+# Ratio ours/peer must be <= the target. The 10M variant is judged on its own targets.
+TARGETS = {
+    "plain": {"first": 1.15, "change": 1.2, "total": 1.15},
+    "dgi": {"total": 0.85},
+    "dlt": {"total": 0.6},
+}
+TARGETS_10M = {"dlt": {"worst_change": 1.5, "total": 1.0}}
+RATIOS = ("first", "change", "total", "worst_change")
 
 
-def _run(cmd: list[str], cwd: Path) -> dict:
-    """Run one benchmark; its temp files (the peer's pipeline and lake) go to a folder removed after."""
-    common.log("$", " ".join(cmd))
-    tmp = tempfile.mkdtemp(prefix="bench_compare_")
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, "TMPDIR": tmp})
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
-    record = json.loads(line)
-    record.setdefault("loadavg", [round(x, 2) for x in os.getloadavg()])
-    common.log(line)
-    return record
-
-
-def _summary(results: list[dict]) -> dict:
-    firsts = [r["seconds"][0] for r in results]
-    changes = [statistics.mean(r["seconds"][1:]) for r in results if len(r["seconds"]) > 1]
-    totals = [r["total"] for r in results]
+def summary(results: list[dict]) -> dict:
+    """Medians over rounds: first run, mean change run, total, and each run."""
+    runs = [r["seconds"] for r in results]
+    med = lambda xs: round(statistics.median(xs), 3)  # noqa: E731
     return {
-        "first": round(statistics.median(firsts), 3),
-        "change": round(statistics.median(changes), 3) if changes else None,
-        "total": round(statistics.median(totals), 3),
+        "first": med([s[0] for s in runs]),
+        "change": med([statistics.mean(s[1:]) for s in runs]) if len(runs[0]) > 1 else None,
+        "total": med([r["total"] for r in results]),
+        "per_run": [med([s[i] for s in runs]) for i in range(len(runs[0]))],
     }
+
+
+def ratios(ours: dict, peer: dict) -> dict:
+    out = {k: common.ratio(ours[k], peer[k]) if ours[k] is not None and peer[k] else None for k in RATIOS[:3]}
+    per = [common.ratio(a, b) for a, b in zip(ours["per_run"][1:], peer["per_run"][1:])]
+    out["worst_change"] = max(per) if per and None not in per else None
+    out["per_run"] = [common.ratio(a, b) for a, b in zip(ours["per_run"], peer["per_run"])]
+    return out
+
+
+def cell(value: float | None, target: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.2f}" + (f" (≤ {target:g}: {'met' if value <= target else 'no'})" if target else "")
+
+
+def tables(record: dict) -> str:
+    """The README tables: one row per system with its ratios, then the seconds of each run."""
+    n = record["runs"]
+    head = ["system", "first run", "mean change run", f"{n} runs",
+            "ours / system: first", "change", f"{n} runs", "worst change run"]
+    rows = []
+    for name, s in record["median"].items():
+        label = "ours (dagster-incremental)" if name == "ours" else PEERS[name][0]
+        r, t = record["ratios"].get(name, {}), record["targets"].get(name, {})
+        rows.append([label, common.seconds(s["first"]), common.seconds(s["change"]), common.seconds(s["total"]),
+                     *(cell(r.get(k), t.get(k)) for k in RATIOS)])
+    per_run = [[("ours (dagster-incremental)" if k == "ours" else PEERS[k][0]), *(common.seconds(x) for x in s["per_run"])]
+               for k, s in record["median"].items()]
+    loads = [x["loadavg"][0] for runs in record["results"].values() for x in runs]
+    note = (f"{record['rows']:,} rows + {n - 1} change runs of {record['changes']:,}; medians of "
+            f"{record['rounds']} round(s); load avg {min(loads)} - {max(loads)} on {record['cpus']} cores; "
+            f"table rows {record['table_rows']:,} in all ({'same' if record['same_table_rows'] else 'DIFFERENT'}), "
+            f"ours verified: {record['verified']}; our Python peak RSS {record['py_peak_rss_mb']} MB "
+            f"(first run {record['py_peak_rss_first_run_mb']} MB)")
+    return "\n\n".join([common.markdown(head, rows),
+                        common.markdown(["seconds per run", *(f"run {i}" for i in range(n))], per_run), note])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -64,37 +98,56 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--changes", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=6)
-    ap.add_argument("--rounds", type=int, default=2, help="A B pairs (A B A B for 2)")
-    ap.add_argument("--destination", choices=["delta", "duckdb"], default="delta")
-    ap.add_argument("--peer-python", default="/tmp/peer/bin/python")
-    ap.add_argument("--peer-script", default=str(DEFAULT_PEER))
+    ap.add_argument("--rounds", type=int, default=2, help="rounds; the order reverses every other one")
+    ap.add_argument("--peers", default="plain,dgi,dlt", help="comma-separated subset of plain,dgi,dlt")
+    ap.add_argument("--peer-dir", default=str(REPO.parent / "shared" / "bench"))
+    ap.add_argument("--plain-python", default=sys.executable)
+    ap.add_argument("--dgi-python", default="/tmp/peer-dgi/bin/python")
+    ap.add_argument("--dlt-python", default="/tmp/peer/bin/python")
+    ap.add_argument("--destination", choices=["delta", "duckdb"], default="delta", help="dlt's destination")
+    ap.add_argument("--no-verify", action="store_true", help="skip the check of our final table")
     args = ap.parse_args(argv)
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = set(peers) - set(PEERS)
+    if unknown:
+        ap.error(f"unknown peers {sorted(unknown)}; choose from {sorted(PEERS)}")
 
     size = ["--rows", str(args.rows), "--changes", str(args.changes), "--runs", str(args.runs)]
-    ours_cmd = [sys.executable, "-m", "bench.orders", *size]
-    peer_cmd = [args.peer_python, args.peer_script, *size, "--destination", args.destination,
-                "--workload", str(REPO / "bench" / "workload.py")]
-    ours: list[dict] = []
-    peer: list[dict] = []
-    for _ in range(args.rounds):
-        ours.append(_run(ours_cmd, REPO))
-        peer.append(_run(peer_cmd, REPO))
-    a, b = _summary(ours), _summary(peer)
-    ratios = {k: common.ratio(a[k], b[k]) if a[k] is not None and b[k] else None for k in a}
-    peak = max(r.get("py_peak_rss_first_run_mb") or 0 for r in ours)
+    python = {"plain": args.plain_python, "dgi": args.dgi_python, "dlt": args.dlt_python}
+    cmds = {"ours": [sys.executable, "-m", "bench.orders", *size, *([] if args.no_verify else ["--verify"])]}
+    for p in peers:
+        extra = ["--destination", args.destination] if p == "dlt" else []
+        cmds[p] = [python[p], str(Path(args.peer_dir) / PEERS[p][1]), *size, "--workload", str(WORKLOAD), *extra]
+
+    order = list(cmds)
+    results: dict[str, list[dict]] = {k: [] for k in order}
+    for r in range(args.rounds):
+        for name in order if r % 2 == 0 else order[::-1]:
+            results[name].append(common.run_json(cmds[name], REPO)[0])
+
+    median = {k: summary(v) for k, v in results.items()}
+    targets = {k: v for k, v in (TARGETS_10M if args.rows >= 10_000_000 else TARGETS).items() if k in peers}
+    rat = {p: ratios(median["ours"], median[p]) for p in peers}
+    counts = {x["table_rows"] for v in results.values() for x in v}
     record = {
         "bench": "compare",
-        "peer": f"dlt+{args.destination}",
         "rows": args.rows, "changes": args.changes, "runs": args.runs, "rounds": args.rounds,
-        "ours": a, "peer_median": b, "ratios": ratios, "targets": TARGETS,
-        "meets": {k: (ratios[k] is not None and ratios[k] <= TARGETS[k]) for k in TARGETS},
-        "py_peak_rss_first_run_mb": peak, "py_peak_rss_target_mb": 1024,
-        "same_table_rows": all(o["table_rows"] == p["table_rows"] for o, p in zip(ours, peer)),
-        "ours_runs": [{"seconds": r["seconds"], "total": r["total"], "loadavg": r.get("loadavg")} for r in ours],
-        "peer_runs": [{"seconds": r["seconds"], "total": r["total"], "loadavg": r.get("loadavg")} for r in peer],
+        "peers": {p: PEERS[p][0] + (f" ({args.destination})" if p == "dlt" else "") for p in peers},
+        "median": median, "ratios": rat, "targets": targets,
+        "meets": {p: {k: rat[p][k] is not None and rat[p][k] <= t for k, t in ts.items()} for p, ts in targets.items()},
+        "table_rows": results["ours"][0]["table_rows"], "same_table_rows": len(counts) == 1,
+        "verified": all(x.get("verified") for x in results["ours"]),
+        "py_peak_rss_first_run_mb": max(x.get("py_peak_rss_first_run_mb") or 0 for x in results["ours"]),
+        "py_peak_rss_mb": max(x.get("py_peak_rss_mb") or 0 for x in results["ours"]),
+        "py_peak_rss_target_mb": 1024,
+        "results": {k: [{key: x.get(key) for key in ("seconds", "total", "table_rows", "loadavg")} for x in v]
+                    for k, v in results.items()},
         **common.machine(),
     }
+    common.log(tables(record))
     common.emit(record)
+    if not record["same_table_rows"]:
+        raise SystemExit(f"the systems ended with different row counts: {sorted(counts)}")
     return record
 
 
