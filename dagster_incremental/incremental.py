@@ -385,6 +385,19 @@ def _is_pandas_df(obj: Any) -> bool:
     return pd is not None and isinstance(obj, pd.DataFrame)
 
 
+def _concat(batches: Iterable[Any]) -> Any:
+    """The kept rows of filter_batches as one value: dict rows as a list, tables concatenated."""
+    parts = list(batches)
+    if all(isinstance(p, list) for p in parts):
+        return [row for part in parts for row in part]
+    if all(isinstance(p, (pa.Table, pa.RecordBatch)) for p in parts):
+        return pa.concat_tables([pa.Table.from_batches([p]) if isinstance(p, pa.RecordBatch) else p for p in parts])
+    if all(_is_pandas_df(p) for p in parts):
+        return sys.modules["pandas"].concat(parts, ignore_index=True)
+    kinds = sorted({type(p).__name__ for p in parts})
+    raise TypeError(f"filter() got an iterable of mixed kinds ({', '.join(kinds)}): give one kind, or use filter_batches.")
+
+
 class IncrementalRun(Incremental):
     """One run of a cursor: constant start/end, a live last_value, and the state to persist.
 
@@ -708,7 +721,9 @@ class IncrementalRun(Incremental):
 
         dict rows, an iterable of dict rows or of pages -> a list of dicts; a pyarrow Table or
         RecordBatch -> the same; a pandas DataFrame -> a DataFrame; a pyspark DataFrame -> a lazy
-        DataFrame. Can be called many times per run; the live state carries over.
+        DataFrame; an iterable of tables or frames -> one table or frame. Iterables are pulled
+        lazily and no further once can_close() (row_order), so an endless generator ends. Can be
+        called many times per run; the live state carries over.
         """
         if _is_spark_df(items):
             from dagster_incremental.filter_spark import filter_spark
@@ -722,19 +737,11 @@ class IncrementalRun(Incremental):
             return self._filter_pandas(items)
         if isinstance(items, Mapping):
             return self._filter_rows([items])
+        if isinstance(items, (list, tuple)) and all(isinstance(item, Mapping) for item in items):
+            return self._filter_rows(list(items))  # one page
         if isinstance(items, Iterable) and not isinstance(items, (str, bytes)):
-            rows: list[Any] = []
-            for item in items:
-                if isinstance(item, Mapping):
-                    rows.append(item)
-                elif isinstance(item, (list, tuple)):
-                    rows.extend(item)
-                else:
-                    raise TypeError(
-                        f"filter() got an iterable holding a {type(item).__name__}: give dict rows or "
-                        "pages (lists) of dict rows, or use filter_batches for tables."
-                    )
-            return self._filter_rows(rows)
+            # Pulled lazily, so row_order can stop an endless source (filter_batches stops pulling).
+            return _concat(self.filter_batches(items))
         raise TypeError(
             f"filter() cannot take a {type(items).__name__}: give dict rows, pages of dict rows, a "
             "pyarrow Table/RecordBatch, a pandas DataFrame or a pyspark DataFrame."

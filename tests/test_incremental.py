@@ -338,6 +338,37 @@ def test_row_order_asc_stops_on_endless_generator(k):
     assert pulled == [0, 1, 2] and run.can_close()
 
 
+@pytest.mark.parametrize("k", ["pages", "arrow", "pandas"])
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_filter_pulls_an_endless_generator_lazily_and_stops(k, order):
+    """filter() itself (not only filter_batches) stops pulling once row_order says so."""
+    pulled: list[int] = []
+    if order == "asc":
+        run = incremental("ts", initial_value=22, end_value=45, row_order="asc").bind()
+        out, expected = run.filter(_pages(22, 1, k, pulled)), list(range(22, 45))
+    else:
+        run = incremental("ts", initial_value=10, row_order="desc").bind()
+        out, expected = run.filter(_pages(48, -1, k, pulled)), list(range(10, 49))
+    assert sorted(r["ts"] for r in canonical(out)) == expected
+    assert len(pulled) <= 4 and run.can_close()
+    assert result_kind_ok(out, "dicts" if k == "pages" else k)
+
+
+def test_filter_of_endless_single_rows_stops_after_one_chunk():
+    import itertools
+
+    pulled = []
+
+    def rows():
+        for i in itertools.count():
+            pulled.append(i)
+            yield {"id": i, "ts": i}
+
+    run = incremental("ts", initial_value=0, end_value=50, row_order="asc").bind()
+    assert [r["ts"] for r in run.filter(rows())] == list(range(50))
+    assert len(pulled) <= 1000
+
+
 def test_row_order_with_min_and_single_dict_rows():
     import itertools
 
