@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
 import dagster as dg
 
 from dagster_incremental.cursor_values import detect_type, key_to_canonical, to_key
+from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.state_store import latest_dagster_state
 
 
@@ -28,6 +29,7 @@ def build_incremental_sensor(
     minimum_interval_seconds: int = 60,
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
     description: str | None = None,
+    cursor: str | None = None,
 ) -> dg.SensorDefinition:
     """A sensor that requests `asset` when `probe()` reports data beyond the stored cursor.
 
@@ -38,6 +40,9 @@ def build_incremental_sensor(
             declares are filled from the asset's secrets.toml section, read at each evaluation
             (`def probe(api_token: str | None = None)`), and its errors are masked like the asset's.
         name: sensor name; default `<asset>_incremental_sensor`.
+        cursor: for an asset with several incremental arguments, the one a scalar `probe` result
+            is compared with. A probe may instead return `{argument: high-water mark}`: a run is
+            requested when any of them is beyond its argument's cursor.
 
     For a partitioned asset the request targets the newest (open) partition.
 
@@ -50,6 +55,7 @@ def build_incremental_sensor(
     partitions_def = asset.partitions_def
     call_probe = _probe_with_secrets(asset, probe) if inspect.signature(probe).parameters else probe
     sensor_name = name or f"{key.to_python_identifier()}_incremental_sensor"
+    names = _cursor_names(asset, cursor)
 
     @dg.sensor(
         name=sensor_name,
@@ -59,20 +65,17 @@ def build_incremental_sensor(
         description=description or f"Requests {key.to_user_string()} when its source is ahead of the cursor.",
     )
     def _sensor(context: dg.SensorEvaluationContext):
-        hwm = call_probe()
-        if hwm is None:
+        marks = _marks(call_probe(), names, cursor, key)
+        if not marks:
             return dg.SkipReason("the source is empty")
-        partition = None
-        if partitions_def is not None:
-            partition = partitions_def.get_last_partition_key()
+        partition = partitions_def.get_last_partition_key() if partitions_def is not None else None
         stored = latest_dagster_state(context.instance, key, partition=partition)
         state = (stored.state or {}) if stored else {}
-        last = state.get("last_value")
-        cursor_type = state.get("cursor_type") or detect_type(hwm) or "string"
-        hwm_key = to_key(hwm, cursor_type)  # compared as instants/numbers, never as text
-        hwm_text = str(key_to_canonical(hwm_key, cursor_type))
-        if last is not None and _not_beyond(hwm_key, to_key(last, cursor_type), state.get("last_value_func")):
-            return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {last}")
+        compared = {arg: _compare(hwm, _state_of(state, arg, names)) for arg, hwm in marks.items()}
+        hwm_text = _text({arg: text for arg, (text, _, _) in compared.items()}, names)
+        if not any(beyond for _, beyond, _ in compared.values()):
+            cursors = _text({arg: last for arg, (_, _, last) in compared.items()}, names)
+            return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {cursors}")
         requested = json.loads(context.cursor)["requested"] if context.cursor else None
         if requested == hwm_text:
             return dg.SkipReason(f"a run for {hwm_text} was already requested")
@@ -90,6 +93,67 @@ def build_incremental_sensor(
         )
 
     return _sensor
+
+
+def _cursor_names(asset: dg.AssetsDefinition, cursor: str | None) -> tuple[str, ...]:
+    """The asset's incremental arguments; `cursor` must be one of them."""
+    from dagster_incremental.asset import incremental_settings
+
+    settings = incremental_settings(asset)
+    names = tuple(settings.cursors) if settings is not None else ()
+    if cursor is not None and cursor not in names:
+        raise IncrementalConfigError(
+            f"build_incremental_sensor({asset.key.to_user_string()}, cursor={cursor!r}): the asset has no "
+            f"incremental argument {cursor!r}; it has: {', '.join(names) or 'none'}"
+        )
+    return names
+
+
+def _marks(hwm: Any, names: tuple[str, ...], cursor: str | None, key: dg.AssetKey) -> dict[str | None, Any]:
+    """The probe's result per incremental argument (None: the asset's only cursor); Nones dropped."""
+    if isinstance(hwm, Mapping):
+        unknown = sorted(set(hwm) - set(names))
+        if unknown:
+            raise IncrementalConfigError(
+                f"the sensor probe of {key.to_user_string()} returned high-water marks for {unknown}, which "
+                f"are not incremental arguments of the asset (it has: {', '.join(names) or 'none'})"
+            )
+        return {arg: value for arg, value in hwm.items() if value is not None}
+    if hwm is None:
+        return {}
+    if len(names) > 1 and cursor is None:
+        raise IncrementalConfigError(
+            f"the sensor probe of {key.to_user_string()} returned one value, but the asset has several "
+            f"cursors ({', '.join(names)}): return {{argument: high-water mark}} from the probe, or pass "
+            "build_incremental_sensor(..., cursor=\"<argument>\")"
+        )
+    return {cursor if len(names) > 1 else None: hwm}
+
+
+def _state_of(state: Mapping[str, Any], arg: str | None, names: tuple[str, ...]) -> Mapping[str, Any]:
+    """The cursor state of one argument: the whole state for a single cursor, else state[arg]."""
+    if arg is None or len(names) <= 1:
+        return state
+    part = state.get(arg)
+    return part if isinstance(part, Mapping) else {}
+
+
+def _compare(hwm: Any, state: Mapping[str, Any]) -> tuple[str, bool, Any]:
+    """(canonical text of hwm, whether it is beyond the cursor, the cursor's last_value)."""
+    last = state.get("last_value")
+    cursor_type = state.get("cursor_type") or detect_type(hwm) or "string"
+    hwm_key = to_key(hwm, cursor_type)  # compared as instants/numbers, never as text
+    text = str(key_to_canonical(hwm_key, cursor_type))
+    beyond = last is None or not _not_beyond(hwm_key, to_key(last, cursor_type), state.get("last_value_func"))
+    return text, beyond, last
+
+
+def _text(values: Mapping[str | None, Any], names: tuple[str, ...]) -> str:
+    """One value as is; several as `arg=value` pairs in the asset's argument order."""
+    if list(values) == [None]:
+        return str(values[None])
+    order = {n: i for i, n in enumerate(names)}
+    return ",".join(f"{arg}={values[arg]}" for arg in sorted(values, key=lambda a: order.get(a, len(order))))
 
 
 def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[[], Any]:

@@ -230,6 +230,36 @@ def test_sensor_requests_runs_only_when_probe_moves(spark, instance, io_manager,
     assert isinstance(repeat, dg.SkipReason)  # idempotent: the same high-water mark is not requested twice
 
 
+def test_sensor_of_an_asset_with_two_cursors_compares_each_with_its_own(spark, instance, io_manager, config_file):
+    source = [{"id": 1, "seq": 10, "updated_at": iso(1)}]
+    hwm = {"updated_at": iso(1), "seq": 10}
+
+    @incremental_asset(primary_key="id", config_path=config_file)
+    def orders_two(updated_at: Incremental = incremental("updated_at", initial_value=iso(1)),
+                   seq: Incremental = incremental("seq", initial_value=0)):
+        return seq.filter(updated_at.filter(list(source)))
+
+    both = build_incremental_sensor(orders_two, probe=lambda: dict(hwm))
+    one = build_incremental_sensor(orders_two, probe=lambda: hwm["seq"], cursor="seq", name="by_seq")
+    defs = dg.Definitions(assets=[orders_two], sensors=[both, one], resources={"io_manager": io_manager})
+
+    def evaluate(sensor, cursor=None):
+        return sensor(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+
+    assert len(evaluate(both).run_requests) == 1  # nothing stored yet
+    assert run(orders_two, instance, io_manager).success
+    assert isinstance(evaluate(both), dg.SkipReason) and isinstance(evaluate(one), dg.SkipReason)
+    hwm["seq"] = 11  # only the second cursor's source moved
+    moved = evaluate(both)
+    assert len(moved.run_requests) == 1 and "seq=11" in moved.run_requests[0].run_key
+    assert len(evaluate(one).run_requests) == 1
+    assert isinstance(evaluate(both, moved.cursor), dg.SkipReason)  # idempotent
+    with pytest.raises(Exception, match="several cursors"):
+        evaluate(build_incremental_sensor(orders_two, probe=lambda: 5, name="scalar"))
+    with pytest.raises(Exception, match="no incremental argument 'nope'"):
+        build_incremental_sensor(orders_two, probe=lambda: 5, cursor="nope")
+
+
 def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, instance, io_manager, config_file):
     @incremental_asset(config_path=config_file)
     def broken(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
