@@ -70,6 +70,10 @@ def cell(value: float | None, target: float | None) -> str:
     return f"{value:.2f}" + (f" (≤ {target:g}: {'met' if value <= target else 'no'})" if target else "")
 
 
+def label(name: str) -> str:
+    return "ours (dagster-incremental)" if name == "ours" else PEERS[name][0]
+
+
 def tables(record: dict) -> str:
     """The README tables: one row per system with its ratios, then the seconds of each run."""
     n = record["runs"]
@@ -77,12 +81,10 @@ def tables(record: dict) -> str:
             "ours / system: first", "change", f"{n} runs", "worst change run"]
     rows = []
     for name, s in record["median"].items():
-        label = "ours (dagster-incremental)" if name == "ours" else PEERS[name][0]
         r, t = record["ratios"].get(name, {}), record["targets"].get(name, {})
-        rows.append([label, common.seconds(s["first"]), common.seconds(s["change"]), common.seconds(s["total"]),
+        rows.append([label(name), common.seconds(s["first"]), common.seconds(s["change"]), common.seconds(s["total"]),
                      *(cell(r.get(k), t.get(k)) for k in RATIOS)])
-    per_run = [[("ours (dagster-incremental)" if k == "ours" else PEERS[k][0]), *(common.seconds(x) for x in s["per_run"])]
-               for k, s in record["median"].items()]
+    per_run = [[label(k), *(common.seconds(x) for x in s["per_run"])] for k, s in record["median"].items()]
     loads = [x["loadavg"][0] for runs in record["results"].values() for x in runs]
     note = (f"{record['rows']:,} rows + {n - 1} change runs of {record['changes']:,}; medians of "
             f"{record['rounds']} round(s); load avg {min(loads)} - {max(loads)} on {record['cpus']} cores; "

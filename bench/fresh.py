@@ -1,0 +1,139 @@
+"""Fresh-process runs: one whole OS process per run, as Dagster's run launcher starts them.
+
+Long-running benchmarks (bench.orders, bench.compare) keep one warm process; a deployed Dagster
+starts a new process per run, so Python imports, the JVM and the first Spark job are paid by
+every run. Each measurement here is the wall time of one whole process:
+
+  ours      `dagster asset materialize -m bench.fresh_location --select orders` on a new temp
+            warehouse + DAGSTER_HOME: run 0 (`--rows` orders), then a change run (`--changes`),
+            then a no-op run (the source returns nothing; the table holds the cursor)
+  trivial   the same command for a plain @dg.asset returning None (the no-op's floor)
+  plain     ../shared/bench/peer_plain_spark.py --rows N --runs 1 (this interpreter)
+  dgi       ../shared/bench/peer_dagster_iceberg.py --rows N --runs 1 (/tmp/peer-dgi)
+  dlt       ../shared/bench/peer_dlt.py --rows N --runs 1 --destination delta (/tmp/peer)
+
+The peers read OUR bench/workload.py. The Dagster instance's storage is created before the timed
+processes, as a deployment's already exists. The order reverses every other repeat.
+
+    python -m bench.fresh --rows 20000 --changes 1000 --repeats 3
+
+Prints ONE JSON line (every process's seconds, medians, ratios: ours' first run / each peer,
+target <= 0.8 against plain Spark; no-op / trivial, target <= 1.3) and markdown tables on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from bench import common
+from bench.compare import PEERS, REPO, WORKLOAD, label
+from bench.orders import CONFIG
+
+TARGETS = {"first_vs_plain": 0.8, "noop_vs_trivial": 1.3}
+
+
+def materialize(wd: common.Workdir, asset: str, run: str, rows: int, changes: int) -> tuple[float, int | None]:
+    """One `dagster asset materialize` process; its wall seconds and the asset's row count after."""
+    import dagster as dg
+
+    env = {"BENCH_FRESH_CONFIG": str(wd.config), "BENCH_FRESH_WAREHOUSE": str(wd.warehouse),
+           "BENCH_FRESH_RUN": run, "BENCH_FRESH_ROWS": str(rows), "BENCH_FRESH_CHANGES": str(changes)}
+    cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "bench.fresh_location",
+           "--select", asset, "--config-json", json.dumps(common.QUIET)]
+    _, wall = common.run_json(cmd, REPO, env)
+    with dg.DagsterInstance.get() as instance:  # the temp DAGSTER_HOME the process used
+        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    count = event.asset_materialization.metadata.get("dagster/row_count") if event else None
+    return wall, count.value if count else None
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--changes", type=int, default=1_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peers", default="plain,dgi,dlt", help="comma-separated subset of plain,dgi,dlt")
+    ap.add_argument("--peer-dir", default=str(REPO.parent / "shared" / "bench"))
+    ap.add_argument("--plain-python", default=sys.executable)
+    ap.add_argument("--dgi-python", default="/tmp/peer-dgi/bin/python")
+    ap.add_argument("--dlt-python", default="/tmp/peer/bin/python")
+    args = ap.parse_args(argv)
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    if set(peers) - set(PEERS):
+        ap.error(f"--peers: choose from {sorted(PEERS)}")
+
+    import dagster as dg
+
+    python = {"plain": args.plain_python, "dgi": args.dgi_python, "dlt": args.dlt_python}
+    size = ["--rows", str(args.rows), "--changes", str(args.changes), "--runs", "1", "--workload", str(WORKLOAD)]
+    peer_cmds = {p: [python[p], str(Path(args.peer_dir) / PEERS[p][1]), *size,
+                     *(["--destination", "delta"] if p == "dlt" else [])] for p in peers}
+    keys = ["ours_first", "ours_change", "noop", "trivial", *peers]
+    seconds: dict[str, list[float]] = {k: [] for k in keys}
+    rows: dict[str, set] = {k: set() for k in keys}
+    units = ["ours", "trivial", *peers]
+    for rep in range(args.repeats):
+        with common.workdir("bench_fresh_", CONFIG) as wd:
+            dg.DagsterInstance.from_config(str(wd.dagster_home)).dispose()  # storage exists (untimed)
+            for unit in units if rep % 2 == 0 else units[::-1]:
+                if unit == "ours":  # in this order: the no-op needs the table and its cursor
+                    for key, run in (("ours_first", "0"), ("ours_change", "1"), ("noop", "empty")):
+                        wall, n = materialize(wd, "orders", run, args.rows, args.changes)
+                        seconds[key].append(wall)
+                        rows[key].add(n)
+                elif unit == "trivial":
+                    seconds["trivial"].append(materialize(wd, "trivial", "0", args.rows, args.changes)[0])
+                else:
+                    record, wall = common.run_json(peer_cmds[unit], REPO)
+                    seconds[unit].append(wall)
+                    rows[unit].add(record.get("table_rows"))
+
+    median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+    ratios = {f"first_vs_{p}": common.ratio(median["ours_first"], median[p]) for p in peers}
+    ratios["noop_vs_trivial"] = common.ratio(median["noop"], median["trivial"])
+    targets = {k: t for k, t in TARGETS.items() if k in ratios}
+    first_rows = {n for k in ("ours_first", *peers) for n in rows[k]}
+    record = {
+        "bench": "fresh", "rows": args.rows, "changes": args.changes, "repeats": args.repeats,
+        "seconds": seconds, "median": median, "ratios": ratios, "targets": targets,
+        "meets": {k: ratios[k] is not None and ratios[k] <= t for k, t in targets.items()},
+        "table_rows": {k: [*v] for k, v in rows.items() if k != "trivial"},
+        "same_first_run_rows": first_rows == {args.rows},
+        **common.machine(),
+    }
+    common.log(tables(record, peers))
+    common.emit(record)
+    if not record["same_first_run_rows"]:
+        raise SystemExit(f"first runs did not all load {args.rows} rows: {record['table_rows']}")
+    return record
+
+
+def tables(record: dict, peers: list[str]) -> str:
+    med, rat, tgt = record["median"], record["ratios"], record["targets"]
+
+    def cell(key: str) -> str:
+        if rat.get(key) is None:
+            return ""
+        t = tgt.get(key)
+        return f"{rat[key]:.2f}" + (f" (≤ {t:g}: {'met' if rat[key] <= t else 'no'})" if t else "")
+
+    n = record["repeats"]
+    runs = [[f"{label('ours')}, first run", common.seconds(med["ours_first"]), ""],
+            [f"ours, change run ({record['changes']:,} rows)", common.seconds(med["ours_change"]), ""]]
+    runs += [[PEERS[p][0], common.seconds(med[p]), cell(f"first_vs_{p}")] for p in peers]
+    noop = [["ours, no-op (source returns nothing)", common.seconds(med["noop"]), cell("noop_vs_trivial")],
+            ["trivial `@dg.asset` returning None", common.seconds(med["trivial"]), ""]]
+    return "\n\n".join([
+        common.markdown([f"fresh process, {record['rows']:,} rows (median of {n})", "wall time",
+                         "ours' first run / this"], runs),
+        common.markdown([f"fresh process, nothing new (median of {n})", "wall time", "ours / trivial"], noop),
+        f"load avg {record['loadavg']} on {record['cpus']} cores at the end, {record['utc']}",
+    ])
+
+
+if __name__ == "__main__":
+    main()
