@@ -88,6 +88,8 @@ class AssetSettings:
     # those are read inside each run (see secrets.py).
     secrets: SecretsFile | None = None
     secret_params: tuple[str, ...] = ()
+    # parameter name -> where its cursor type is set (config key and value), for error messages
+    cursor_origins: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def window_column(self) -> str | None:
@@ -278,7 +280,21 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         table=table,
         secrets=secrets,
         secret_params=secret_params,
+        cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
     )
+
+
+def _cursor_origins(func, asset_name: str, cursors: Mapping[str, Any], from_config, cfg) -> dict[str, str]:
+    """Per cursor, the setting that decides its type: a config key, else the signature default."""
+    out = {}
+    for arg in cursors:
+        given = from_config.get(arg, {})
+        key = next((k for k in ("cursor_type", "initial_value", "end_value") if k in given), None)
+        if key is not None:
+            out[arg] = f"{cfg.where(asset_name, arg, key)} = {given[key]!r}"
+        else:
+            out[arg] = f"the default incremental(...) of parameter {arg!r} of {func.__name__}()"
+    return out
 
 
 def _names(value: Any, where: str) -> tuple[str, ...]:
@@ -578,8 +594,8 @@ class _Runner:
             self._check_write_keys(stored.get(plan.scope), plan)
             runs = self._bind(context, plan, stored)
             output = self._call(context, runs, secret_kwargs)
-            staged = stage_batches(io.spark, output, runs, self.settings, spec)  # iterates the function
-            frame = drop_rows_already_loaded(io, staged.frame, runs, spec)
+            staged = stage_batches(output, runs, self.settings, spec)  # iterates the function
+            frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except IncrementalError as exc:
             if redactor.leaks(exc):
                 raise _masked_failure(asset, exc, redactor) from None
@@ -674,12 +690,18 @@ class _Runner:
             if plan.overrides:
                 spec = spec.replace(**_typed_overrides(spec, plan.overrides))
             cursor_state = _cursor_state(state_in_force, name, len(self.settings.cursors))
-            run = spec.bind(
-                None if plan.stateless else cursor_state,
-                window=plan.window,
-                stateless=plan.stateless,
-                inherited_primary_key=self.settings.primary_key or None,
-            )
+            try:
+                run = spec.bind(
+                    None if plan.stateless else cursor_state,
+                    window=plan.window,
+                    stateless=plan.stateless,
+                    inherited_primary_key=self.settings.primary_key or None,
+                )
+            except CursorStateMismatch as exc:
+                if "cursor_type" not in getattr(exc, "changed", ()):
+                    raise
+                origin = self.settings.cursor_origins.get(name, f"parameter {name!r}")
+                raise CursorStateMismatch(f"{exc} The new cursor type comes from {origin}.") from None
             context.log.info(
                 f"{name}: {plan.mode} run of {spec.cursor_path} from {run.start_value!r}"
                 + (f" to {run.end_value!r}" if run.end_value is not None else "")

@@ -319,9 +319,9 @@ class _Str(_Type):
 
 
 class _Enum(_Type):
-    def __init__(self, *choices: str) -> None:
+    def __init__(self, *choices: str, hint: str | None = None) -> None:
         self.choices = choices
-        self.hint = "use one of " + ", ".join(f'"{c}"' for c in choices)
+        self.hint = hint or "use one of " + ", ".join(f'"{c}"' for c in choices)
 
     def validate(self, value: Any) -> str:
         if not isinstance(value, str):
@@ -606,7 +606,9 @@ SPARK_FIELDS: Mapping[str, _Type] = {
     "conf": _SparkConf(),
 }
 DESTINATION_FIELDS: Mapping[str, _Type] = {
-    "format": _Enum("iceberg", "delta"),
+    # "delta" is reserved: rejected when config loads, not at the first write
+    "format": _Enum("iceberg", hint='use "iceberg", the only table format supported ("delta" is not '
+                                    'available yet)'),
     "catalog": _Str("use a catalog name without dots, e.g. \"lake\""),
     "namespace": _Str('use a namespace such as "incremental"'),
     "warehouse": _Str("use a folder path (relative to the config file's folder) or a URI such "
@@ -1239,4 +1241,29 @@ def _argument(
                          f"did you mean {_section_text(asset_section + (guess,))}?")
         return "; ".join(notes) or None
 
-    return MappingProxyType(dict(_check_keys(table, INCREMENTAL_FIELDS, section, (), elsewhere)))
+    given = dict(_check_keys(table, INCREMENTAL_FIELDS, section, (), elsewhere))
+    for key in ("initial_value", "end_value"):
+        if key in given:
+            _check_cursor_value(section, key, given[key], given.get("cursor_type"))
+    return MappingProxyType(given)
+
+
+_CURSOR_VALUE_HINT = (
+    'use a date, a datetime, a number or an ISO-8601 string such as "2024-01-01T00:00:00Z"; for a '
+    'cursor column holding other strings, also set cursor_type = "string"'
+)
+
+
+def _check_cursor_value(section: tuple[str, ...], key: str, value: Any, cursor_type: str | None) -> None:
+    """A cursor bound the engine can compare: a word like "yesterday" fails here, not in a run."""
+    from dagster_incremental import cursor_values as cv
+
+    kind = cursor_type or cv.detect_type(value)
+    if cursor_type is None and kind == "string":
+        raise _Problem(section, (key,), value, "is not an ISO-8601 date or datetime", _CURSOR_VALUE_HINT)
+    try:
+        cv.to_key(value, kind)
+    except cv.KeyConversionError as exc:
+        hint = "give a {kind} value, or change cursor_type" if cursor_type else _CURSOR_VALUE_HINT
+        raise _Problem(section, (key,), value, f"is not a valid {kind} ({exc.reason})",
+                       hint.format(kind=kind)) from None

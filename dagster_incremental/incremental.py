@@ -475,12 +475,14 @@ class IncrementalRun(Incremental):
             if not inferred_temporal:
                 changes.append(f"cursor_type {stype!r} -> {spec._type!r}")
         if changes:
-            raise CursorStateMismatch(
+            err = CursorStateMismatch(
                 "The stored cursor state was made by a different cursor definition ("
                 + "; ".join(changes)
                 + "): its last_value cannot be used. Run a full refresh (replace the table and drop "
                 "the stored state), or restore the previous definition."
             )
+            err.changed = [c.split(" ", 1)[0] for c in changes]  # type: ignore[attr-defined]
+            raise err
 
     def _resolve_type(self, state: Mapping[str, Any] | None) -> str | None:
         spec = self.spec

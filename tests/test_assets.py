@@ -372,6 +372,34 @@ def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_m
     assert "full refresh" in message
 
 
+def test_a_cursor_type_changed_in_config_names_the_key_and_keeps_table_and_cursor(spark, instance, io_manager, config_file, tmp_path):
+    source = [{"id": 1, "updated_at": iso(1)}]
+    base = open(config_file).read()
+
+    def define(initial):
+        path = tmp_path / f"typed_{initial}.toml"
+        path.write_text(base + f"\n[assets.orders_typed.updated_at]\ncursor_path = \"updated_at\"\ninitial_value = {initial}\n")
+
+        @incremental_asset(name="orders_typed", primary_key="id", write_disposition="merge", config_path=str(path))
+        def orders_typed(updated_at: Incremental):
+            return list(source)
+
+        return orders_typed
+
+    first = run(define('"2024-01-01T00:00:00Z"'), instance, io_manager)
+    table = io_manager.table_name(dg.AssetKey("orders_typed")).replace("`", "")
+    snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
+    result = run(define("0"), instance, io_manager, raise_on_error=False)  # a number: a number cursor
+    message = failure_text(result)
+    assert not result.success
+    assert "cursor_type 'timestamp' -> 'number'" in message
+    assert "[assets.orders_typed.updated_at] initial_value (at line" in message and "= 0" in message
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots
+    state = materialization(first)["dagster_incremental/state"].value
+    assert instance.fetch_materializations(dg.AssetKey("orders_typed"), limit=5).records[0].asset_materialization \
+        .metadata["dagster_incremental/state"].value == state  # the cursor is the first run's
+
+
 def test_partitioned_downstream_reads_its_window_and_writes_it_back(spark, instance, io_manager, config_file):
     from pyspark.sql import functions as F
 

@@ -50,7 +50,7 @@ app_name = "my-app"
 spark.sql.adaptive.enabled = true
 
 [destination]
-format = "delta"
+format = "iceberg"
 catalog = "cat"
 namespace = "ns"
 warehouse = "/abs/warehouse"
@@ -102,7 +102,7 @@ def test_every_key_is_parsed_and_typed(tmp_path):
         "spark.executor.memory": "2g",
         "spark.sql.adaptive.enabled": "true",  # a bare dotted key is one Spark key, not a table
     }
-    assert (cfg.destination.format, cfg.destination.catalog, cfg.destination.namespace) == ("delta", "cat", "ns")
+    assert (cfg.destination.format, cfg.destination.catalog, cfg.destination.namespace) == ("iceberg", "cat", "ns")
     assert cfg.destination.warehouse == "/abs/warehouse"
 
     orders = cfg.asset("orders")
@@ -287,16 +287,19 @@ initial_value = "2024-01-01T00:00:00Z"
 partitions = { schedule = "daily", start = 2024-01-01 }
 [assets.dailyEvents.eventTime]
 cursor_path = "event_time"
+[assets.orders.code]
+cursor_path = "code"
+cursor_type = "string"
 """
 
 
 def test_env_str_values_win_over_the_file(tmp_path):
     cfg = load(tmp_path, BASE, {f"{E}SPARK__MASTER": "spark://cluster:7077",
                                 f"{E}SPARK__APP_NAME": "nightly",
-                                f"{E}DESTINATION__FORMAT": "delta",
+                                f"{E}DESTINATION__FORMAT": "iceberg",
                                 f"{E}ASSETS__ORDERS__UPDATED_AT__CURSOR_PATH": "modified_at"})
     assert cfg.spark.master == "spark://cluster:7077" and cfg.spark.app_name == "nightly"
-    assert cfg.destination.format == "delta"
+    assert cfg.destination.format == "iceberg"
     assert cfg.asset("orders").incremental("updated_at")["cursor_path"] == "modified_at"
     assert cfg.sources[("spark", "master")] == f"{E}SPARK__MASTER"
 
@@ -353,10 +356,10 @@ def test_env_warehouse_resolves_against_the_config_folder(tmp_path):
          lambda c: c.asset("orders").incremental("updated_at")["end_value"], 1700000000),
         ("ASSETS__ORDERS__UPDATED_AT__END_VALUE", "12.5",
          lambda c: c.asset("orders").incremental("updated_at")["end_value"], 12.5),
-        ("ASSETS__ORDERS__UPDATED_AT__END_VALUE", '"123"',
-         lambda c: c.asset("orders").incremental("updated_at")["end_value"], "123"),
-        ("ASSETS__ORDERS__UPDATED_AT__END_VALUE", "007",
-         lambda c: c.asset("orders").incremental("updated_at")["end_value"], "007"),
+        ("ASSETS__ORDERS__CODE__END_VALUE", '"123"',  # a string cursor (cursor_type = "string")
+         lambda c: c.asset("orders").incremental("code")["end_value"], "123"),
+        ("ASSETS__ORDERS__CODE__END_VALUE", "007",
+         lambda c: c.asset("orders").incremental("code")["end_value"], "007"),
         # Spark conf: SPARK_ keys map `_` to `.`; keys the file has match their spelling
         ("SPARK__CONF__SPARK_SQL_SHUFFLE_PARTITIONS", "16",
          lambda c: c.spark.conf["spark.sql.shuffle.partitions"], "16"),
@@ -563,7 +566,10 @@ def test_a_misspelt_table_is_read_as_an_argument_and_the_message_says_so(tmp_pat
          '[assets.orders.updated_at] cursor_type = "uuid" is not allowed; use one of "timestamp", "date", '
          '"number", "string", "epoch_seconds", "epoch_millis"'),
         ('[destination]\nformat = "parquet"\n',
-         '[destination] format = "parquet" is not allowed; use one of "iceberg", "delta"'),
+         '[destination] format = "parquet" is not allowed; use "iceberg", the only table format supported'),
+        ('[destination]\nformat = "delta"\n',
+         '[destination] format = "delta" is not allowed; use "iceberg", the only table format supported '
+         '("delta" is not available yet) (at line 2)'),
         ('[assets.orders]\nwrite_disposition = "upsert"\n',
          '[assets.orders] write_disposition = "upsert" is not allowed; use "append", "replace" or "merge", '
          "or a table such as"),
@@ -608,6 +614,14 @@ def test_bad_enum_values(tmp_path, toml, expected):
         ("[assets.orders.updated_at]\nlag = true\n", "[assets.orders.updated_at] lag = true is a boolean"),
         ("[assets.orders.updated_at]\ninitial_value = true\n",
          "[assets.orders.updated_at] initial_value = true is a boolean; use a date, a datetime, a number or a string"),
+        ('[assets.daily_events.event_time]\ninitial_value = "yesterday"\n',
+         '[assets.daily_events.event_time] initial_value = "yesterday" is not an ISO-8601 date or datetime; '
+         'use a date, a datetime, a number or an ISO-8601 string such as "2024-01-01T00:00:00Z"; for a cursor '
+         'column holding other strings, also set cursor_type = "string" (at line 2)'),
+        ('[assets.orders.updated_at]\nend_value = "2024-13-45"\n',
+         '[assets.orders.updated_at] end_value = "2024-13-45" is not a valid date'),
+        ('[assets.orders.updated_at]\ncursor_type = "number"\ninitial_value = "2024-01-01"\n',
+         '[assets.orders.updated_at] initial_value = "2024-01-01" is not a valid number'),
         ("[assets.orders.updated_at]\ninitial_value = 10:00:00\n", "[assets.orders.updated_at] initial_value = 10:00:00 is a time"),
         ("[assets.orders.updated_at]\nend_value = [1]\n", "[assets.orders.updated_at] end_value = [1] is an array"),
         ("[assets.orders.updated_at]\ncursor_path = 1\n", "[assets.orders.updated_at] cursor_path = 1 is an integer"),
