@@ -188,6 +188,37 @@ def test_partitioned_ranged_backfill_leaves_live_cursor_and_window_rerun_removes
     assert "e2-1" not in ids and "e2-2" in ids
 
 
+def test_late_events_of_the_open_day_arrive_with_the_example_lag(spark, instance, io_manager, config_file, tmp_path):
+    """The example's daily_events: upstream adds events whose time is before the cursor."""
+    from pathlib import Path
+
+    from dagster_incremental.config import load_config
+    from definitions.sources import event_files, utc_now
+
+    example = load_config(Path(__file__).resolve().parents[1] / "config" / "config.toml", environ={})
+    lag = example.asset("daily_events").incremental("event_time").get("lag")
+    now = utc_now()
+    today = now.replace(hour=0, minute=0, second=0)
+    root = tmp_path / "events"
+    event_files.write_event_days(root, today.date(), 1, per_day=50, now=now)
+    parts = dg.DailyPartitionsDefinition(start_date=(today - timedelta(days=1)).strftime("%Y-%m-%d"), end_offset=1)
+
+    @incremental_asset(primary_key="event_id", partitions_def=parts, config_path=config_file,
+                       write_disposition={"disposition": "merge", "strategy": "delete-insert"})
+    def late_events(event_time: Incremental = incremental("event_time", lag=lag)):
+        return event_files.read_events_arrow(root, event_time.start_value, event_time.end_value)
+
+    key = today.strftime("%Y-%m-%d")
+    first = run(late_events, instance, io_manager, partition_key=key)
+    cursor = first.get_asset_materialization_events()[0].materialization.metadata["dagster_incremental/state"].value["last_value"]
+    added = event_files.mutate_day(root, today.date(), seed=3, remove=0, change=0, add=10, now=now)["added"]
+    source = event_files.read_day_rows(root, today.date())
+    assert [r for r in source if r["event_id"] in added and r["event_time"] < cursor], "no late event simulated"
+    assert run(late_events, instance, io_manager, partition_key=key).success
+    ids = {r["event_id"] for r in table_rows(spark, io_manager, "late_events", "event_id")}
+    assert ids == {r["event_id"] for r in source}  # every late event arrived, nothing doubled
+
+
 def test_lost_dagster_event_is_healed_from_the_table_commit(spark, instance, io_manager, config_file):
     source = [{"id": i, "updated_at": iso(i)} for i in range(1, 4)]
 
