@@ -228,7 +228,7 @@ def test_the_example_config_loads_cleanly():
     assert daily.get("partitions") == {"schedule": "daily", "start": date(2024, 1, 1), "end_offset": 1,
                                        "timezone": "UTC"}
     assert daily.partitions == PartitionsConfig("daily", date(2024, 1, 1), 1, "UTC")
-    assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time"}
+    assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time", "lag": 86400}
 
 
 # --------------------------------------------------------------------------- warehouse
