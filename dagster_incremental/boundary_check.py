@@ -20,6 +20,12 @@ def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec:
     """`frame` minus the rows at an unverified boundary value that the table already has."""
     if frame is None or spec.disposition != "append":
         return frame
+    if not any(getattr(run, "boundary_unverified", False) for run in runs.values()):
+        return frame
+    from dagster_incremental.staging import arrow_to_spark, is_spark_frame
+
+    if not is_spark_frame(frame):  # local rows still in Arrow: the anti-join needs Spark
+        frame = arrow_to_spark(io.spark, frame)
     for run in runs.values():
         if not getattr(run, "boundary_unverified", False):
             continue

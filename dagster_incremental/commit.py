@@ -182,23 +182,30 @@ class SnapshotInfo:
 
 
 def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotInfo | None:
-    """The snapshot whose summary carries our `commit_id` (one small metadata-table job)."""
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, operation, summary, "
-        f"unix_micros(committed_at) AS committed_us FROM {table}.`snapshots` "
-        f"WHERE summary[:key] = :commit_id",
-        args={"key": COMMIT_ID_PROPERTY, "commit_id": commit_id},
-    ).collect()
-    if not rows:
-        return None
-    row = rows[0]
-    return SnapshotInfo(
-        snapshot_id=row.snapshot_id,
-        parent_id=row.parent_id,
-        operation=row.operation,
-        summary=dict(row.summary or {}),
-        committed_at=_from_micros(row.committed_us),
-    )
+    """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
+    of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
+    slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
+    iceberg = _iceberg_table(spark, table)
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        summary = dict(snapshot.summary())
+        if summary.get(COMMIT_ID_PROPERTY) == commit_id:
+            parent = snapshot.parentId()
+            return SnapshotInfo(
+                snapshot_id=snapshot.snapshotId(),
+                parent_id=parent,
+                operation=snapshot.operation(),
+                summary=summary,
+                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
+            )
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
+
+
+def _iceberg_table(spark: SparkSession, table: str) -> Any:
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
 
 
 def read_committed_state(
@@ -213,7 +220,7 @@ def read_committed_state(
     if not spark.catalog.tableExists(table):
         return None
     try:
-        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+        iceberg = _iceberg_table(spark, table)
     except Exception:  # noqa: BLE001 - not an Iceberg table object here: ask the metadata tables
         iceberg = None
     if iceberg is not None:

@@ -37,6 +37,7 @@ from dagster_incremental.commit import (
     write_options,
 )
 from dagster_incremental.errors import ConcurrentRunError, DataShapeError, IncrementalConfigError
+from dagster_incremental.local_append import LocalAppend, removed_on_failure
 from dagster_incremental.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.schema_evolution import (
     align_to_table,
@@ -46,6 +47,7 @@ from dagster_incremental.schema_evolution import (
     sql_type,
 )
 from dagster_incremental.sql import column_list, qualified, quote
+from dagster_incremental.staging import arrow_to_spark, is_local, spark_schema_of
 from dagster_incremental.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
 __all__ = [
@@ -182,13 +184,20 @@ class _IcebergDialect:
         )
         return f"{text} TBLPROPERTIES ({rendered})"
 
-    def create_table(self, spark: SparkSession, spec: WriteSpec, schema: T.StructType) -> None:
-        """CREATE TABLE IF NOT EXISTS (a concurrent creator wins; schema fitting follows)."""
+    def create_table(
+        self, spark: SparkSession, spec: WriteSpec, schema: T.StructType, *, if_not_exists: bool = True
+    ) -> bool:
+        """CREATE TABLE [IF NOT EXISTS]; False when another writer created it first (then
+        schema fitting follows)."""
         columns = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in schema.fields)
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {spec.table} ({columns}) "
-            f"{self.table_clauses(spark, spec, schema)}"
-        )
+        verb = "CREATE TABLE IF NOT EXISTS" if if_not_exists else "CREATE TABLE"
+        try:
+            spark.sql(f"{verb} {spec.table} ({columns}) {self.table_clauses(spark, spec, schema)}")
+        except Exception as exc:
+            if "TABLE_OR_VIEW_ALREADY_EXISTS" in str(exc):
+                return False
+            raise
+        return True
 
 
 def _dialect(spec: WriteSpec) -> _IcebergDialect:
@@ -339,6 +348,13 @@ class TableWriter:
         commit_id = new_commit_id()
         props = commit_properties(commit, commit_id=commit_id)  # validates the state first
         case_sensitive = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
+
+        if is_local(batch):
+            if window is None and not full_refresh and _appends_only(spec, self.table_exists(spec.table), deduplicated, batch):
+                result = self._append_local(dialect, spec, batch, props, commit_id, case_sensitive)
+                if result is not None:
+                    return result
+            batch = arrow_to_spark(spark, batch)
 
         helpers: list[str] = []
         if batch is not None:
@@ -598,6 +614,40 @@ class TableWriter:
             spark.catalog.dropTempView(view)
         return self._result(spec, commit_id, props, kind="refresh", previous_rows=previous)
 
+    def _append_local(
+        self,
+        dialect: _IcebergDialect,
+        spec: WriteSpec,
+        batch: Any,
+        props: Mapping[str, str],
+        commit_id: str,
+        case_sensitive: bool,
+    ) -> WriteResult | None:
+        """Local rows appended by pyarrow + one Iceberg commit (see local_append); None when
+        the table needs the Spark path (then nothing was written)."""
+        spark = self.spark
+        data_schema = spark_schema_of(batch)
+        if not self.table_exists(spec.table):
+            if spec.partition_by:
+                return None
+            schema, _ = creatable_schema(spec.table, data_schema)
+            dialect.ensure_namespace(spark, spec.table)
+            if not dialect.create_table(spark, spec, schema, if_not_exists=False):
+                return None  # another writer created it first: merge/append the Spark way
+            first_load = spec.disposition != "append"
+        else:
+            first_load = False
+            plan = plan_schema_change(spec.table, spark.table(spec.table).schema, data_schema, case_sensitive=case_sensitive)
+            if not plan.is_empty:
+                apply_schema_change(spark, plan)
+        target = LocalAppend.open(spark, spec.table)
+        if target is None:
+            return None
+        paths = target.write_files(target.aligned(batch, case_sensitive))
+        with removed_on_failure(paths), conflicts_as_concurrent_run(spec.table):
+            target.commit(paths, props, only_if_empty=first_load)
+        return self._result(spec, commit_id, props, kind="summary")
+
     def _rows_to_insert(self, prepared: DataFrame, helpers: Sequence[str]) -> DataFrame:
         """The prepared merge rows a replace inserts: dedup survivors that aren't tombstones."""
         survivor = getattr(self.strategies, "SURVIVOR", None)
@@ -790,6 +840,21 @@ class _BatchRows:
 
     rows: int
     tombstones: int
+
+
+def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any) -> bool:
+    """Whether writing `batch` is adding its rows and nothing else: any append, or the first
+    load of a replace or keyed-merge table (one row per key, no tombstones to apply)."""
+    if spec.table_format != "iceberg" or any(c.startswith(HELPER_PREFIX) for c in batch.column_names):
+        return False
+    if spec.disposition == "append":
+        return True
+    if exists:
+        return False
+    if spec.disposition == "replace":
+        return True
+    keyed = spec.strategy in (None, "upsert", "delete-insert") and not spec.merge_key
+    return keyed and deduplicated and spec.hard_delete_column is None
 
 
 def _strategy_properties(spec: WriteSpec) -> dict[str, str]:

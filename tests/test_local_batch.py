@@ -108,15 +108,16 @@ def test_covers_only_one_row_per_key_strategies():
 def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark):
     from types import SimpleNamespace
 
-    from dagster_incremental.staging import stage_batches
+    from dagster_incremental.staging import arrow_to_spark, stage_batches
 
     settings = SimpleNamespace(name="x")
     rows = [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}, {"id": 2, "v": "c"}]
-    staged = stage_batches(spark, rows, {}, settings, spec())
-    assert staged.deduplicated and sorted(r.v for r in staged.frame.collect()) == ["b", "c"]
+    staged = stage_batches(rows, {}, settings, spec())
+    assert staged.deduplicated and sorted(staged.local["v"].to_pylist()) == ["b", "c"]
 
     struct_keys = pa.table({"id": pa.array([{"a": 1}, {"a": 1}]), "v": ["a", "b"]})
-    staged = stage_batches(spark, struct_keys, {}, settings, spec())
-    assert not staged.deduplicated and staged.frame.count() == 2  # prepare_batch dedups in Spark
-    prepared = prepare_batch(spark, spec(), staged.frame, run_started_at=T0)
+    staged = stage_batches(struct_keys, {}, settings, spec())
+    assert not staged.deduplicated and staged.local.num_rows == 2  # prepare_batch dedups in Spark
+    frame = arrow_to_spark(spark, staged.local)
+    prepared = prepare_batch(spark, spec(), frame, run_started_at=T0)
     assert [r.v for r in prepared.select(*table_columns(prepared)).collect()] == ["b"]
