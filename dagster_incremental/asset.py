@@ -123,13 +123,18 @@ class AssetSettings:
             "dedup_sort": list(self.dedup_sort) if self.dedup_sort else None,
             "cursor_column": self.window_column,
             "partition_by": list(self.partition_by),
-            "scd2": {
-                "validity_column_names": list(self.scd2.validity_column_names),
-                "active_record_timestamp": md.json_safe(self.scd2.active_record_timestamp),
-                "boundary_timestamp": md.json_safe(self.scd2.boundary_timestamp),
-                "row_version_column_name": self.scd2.row_version_column_name,
-            },
+            **({"scd2": self._scd2_settings()} if self.strategy == "scd2" else {}),
         }
+
+    def _scd2_settings(self) -> dict[str, Any]:
+        """Only the scd2 options in force: unset ones (None) would read as a block of nulls."""
+        options = {
+            "validity_column_names": list(self.scd2.validity_column_names),
+            "active_record_timestamp": md.json_safe(self.scd2.active_record_timestamp),
+            "boundary_timestamp": md.json_safe(self.scd2.boundary_timestamp),
+            "row_version_column_name": self.scd2.row_version_column_name,
+        }
+        return {k: v for k, v in options.items() if v is not None}
 
 
 @overload
@@ -624,9 +629,13 @@ class _Runner:
         )
         run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
         if context.has_partition_key or context.has_partition_key_range:
-            for key in context.partition_keys:
+            keys = context.partition_keys
+            scope = dg.MetadataValue.text(_counts_scope(keys))
+            for key in keys:
                 kept = state if key == plan.scope else self._unchanged_state(stored, key)
-                context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept)}, partition_key=key)
+                context.add_asset_metadata(
+                    {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
+                )
             return dg.Output(batch)
         return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)})
 
@@ -792,6 +801,18 @@ def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Fa
     """A Failure in place of an exception whose text holds a secret: same type name and
     traceback, each secret replaced by ***. Raise it `from None` so the original is not stored."""
     return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
+
+
+def _counts_scope(keys: Sequence[str]) -> str:
+    """Says what the row figures of a partition's materialization count: one commit writes a
+    whole range, so its counts are the range's, not each partition's."""
+    table = "dagster/row_count is the whole table's row count"
+    if len(keys) == 1:
+        return f"rows_inserted/rows_updated/rows_deleted are this partition's; {table}"
+    return (
+        f"rows_inserted/rows_updated/rows_deleted are for the run's whole range {keys[0]}...{keys[-1]} "
+        f"({len(keys)} partitions, one commit), not this partition alone; {table}"
+    )
 
 
 def _snapshot_id(committed: Any) -> int | None:

@@ -176,6 +176,9 @@ def test_partitioned_ranged_backfill_leaves_live_cursor_and_window_rerun_removes
     for key in keys:
         meta = materialization(ranged, key)
         assert meta["dagster_incremental/mode"].value == "backfill"
+        scope = meta["dagster_incremental/counts_scope"].value  # figures are the range's, said plainly
+        assert f"whole range {keys[0]}...{keys[-1]} (3 partitions" in scope and "whole table" in scope
+    assert "this partition's" in materialization(live, today_key)["dagster_incremental/counts_scope"].value
     assert len(table_rows(spark, io_manager, "events_p", "event_id")) == 2 + 6
     # the open partition's cursor is untouched by the backfill
     again = run(events_p, instance, io_manager, partition_key=today_key)
@@ -217,6 +220,19 @@ def test_late_events_of_the_open_day_arrive_with_the_example_lag(spark, instance
     assert run(late_events, instance, io_manager, partition_key=key).success
     ids = {r["event_id"] for r in table_rows(spark, io_manager, "late_events", "event_id")}
     assert ids == {r["event_id"] for r in source}  # every late event arrived, nothing doubled
+
+
+def test_write_settings_show_only_what_the_strategy_uses(config_file):
+    def settings(disposition):
+        @incremental_asset(name="ws", primary_key="id", write_disposition=disposition, config_path=config_file)
+        def ws(updated_at: Incremental = incremental("updated_at")):
+            return []
+
+        return ws.metadata_by_key[dg.AssetKey("ws")]["dagster_incremental/write_settings"].value
+
+    assert "scd2" not in settings({"disposition": "merge", "strategy": "upsert"})
+    assert settings({"disposition": "merge", "strategy": "scd2"})["scd2"] == {
+        "validity_column_names": ["_valid_from", "_valid_to"]}
 
 
 def test_lost_dagster_event_is_healed_from_the_table_commit(spark, instance, io_manager, config_file):
