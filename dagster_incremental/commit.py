@@ -185,7 +185,7 @@ def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotIn
     """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
     of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
     slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
-    iceberg = _iceberg_table(spark, table)
+    iceberg = iceberg_table(spark, table)
     iceberg.refresh()
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
@@ -204,7 +204,8 @@ def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotIn
     return None
 
 
-def _iceberg_table(spark: SparkSession, table: str) -> Any:
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The org.apache.iceberg.Table behind a Spark table name (py4j; no Spark job)."""
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
 
 
@@ -220,7 +221,7 @@ def read_committed_state(
     if not spark.catalog.tableExists(table):
         return None
     try:
-        iceberg = _iceberg_table(spark, table)
+        iceberg = iceberg_table(spark, table)
     except Exception:  # noqa: BLE001 - not an Iceberg table object here: ask the metadata tables
         iceberg = None
     if iceberg is not None:

@@ -71,6 +71,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     )
 
     _session: Any = PrivateAttr(default=None)
+    _starting: bool = PrivateAttr(default=False)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> SparkTableIOManager:
@@ -98,22 +99,57 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if self._session is None:
             with _SESSION_LOCK:
                 if self._session is None:
-                    warehouse = self.warehouse
-                    if "://" not in warehouse and not warehouse.startswith("file:"):
-                        warehouse = str(Path(warehouse).resolve())
-                    from dagster_incremental.secrets import with_secret_spark_conf
-
-                    conf = spark_conf(
-                        master=self.master,
-                        app_name=self.app_name,
-                        # secret conf is read here, at first use, and never kept in a field
-                        conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
-                        table_format=self.table_format,
-                        catalog=self.catalog,
-                        warehouse=warehouse,
-                    )
-                    self._session = build_spark_session(conf)
+                    self._session = build_spark_session(self._spark_conf())
         return self._session
+
+    def start_spark_in_background(self) -> None:
+        """Start the session on a daemon thread, so the JVM starts while the asset function
+        is still extracting; `spark` then waits for it. A failure surfaces at that first use."""
+        if self._session is not None or self._starting:
+            return
+        self._starting = True
+
+        def start() -> None:
+            try:
+                self.spark
+            except Exception:  # noqa: BLE001 - raised again, in the run, by the next `spark`
+                pass
+
+        threading.Thread(target=start, name="dagster-incremental-spark-start", daemon=True).start()
+
+    def _spark_conf(self) -> dict[str, str]:
+        warehouse = self.warehouse
+        if "://" not in warehouse and not warehouse.startswith("file:"):
+            warehouse = str(Path(warehouse).resolve())
+        from dagster_incremental.secrets import with_secret_spark_conf
+
+        return spark_conf(
+            master=self.master,
+            app_name=self.app_name,
+            # secret conf is read here, at first use, and never kept in a field
+            conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
+            table_format=self.table_format,
+            catalog=self.catalog,
+            warehouse=warehouse,
+        )
+
+    def _table_files(self, table: str) -> tuple[bool, Any]:
+        """The table's current metadata read from its files, without Spark.
+
+        (True, metadata) when this catalog keeps its tables in local files we can read;
+        metadata None then means "no such table". (False, None): ask Spark.
+        """
+        from dagster_incremental.sql import split_identifier
+        from dagster_incremental.table_metadata import hadoop_table_location, read_metadata
+
+        parts = split_identifier(table)
+        location = hadoop_table_location(self._spark_conf(), parts[0], parts[1:])
+        if location is None:
+            return False, None
+        if not (location / "metadata").is_dir():
+            return True, None
+        metadata = read_metadata(location)
+        return metadata is not None, metadata
 
     @property
     def writer(self):
@@ -132,7 +168,42 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
 
     def committed_state(self, asset_key: dg.AssetKey, scope: str | None = None):
         """The cursor stored with the table's newest commit (None if the table has none)."""
-        return self.writer.read_committed_state(self.table_name(asset_key), scope=scope)
+        return self._committed_state(self.table_name(asset_key), scope)
+
+    def _committed_state(self, table: str, scope: str | None):
+        """From the table's metadata files when they are readable here: no JVM for a run that
+        turns out to have nothing to write."""
+        readable, metadata = self._table_files(table)
+        if not readable:
+            return self.writer.read_committed_state(table, scope=scope)
+        fields = metadata.committed_cursor(scope) if metadata is not None else None
+        if fields is None:
+            return None
+        from dagster_incremental.commit import CommittedState
+
+        return CommittedState(*fields)
+
+    def _nothing_to_create(self, batch: IncrementalBatch) -> bool:
+        """No rows, no schema and no table: the writer would create nothing and commit nothing."""
+        if batch.data is not None or batch.window is not None or batch.full_refresh:
+            return False
+        readable, metadata = self._table_files(batch.spec.table)
+        return readable and metadata is None
+
+    def _unchanged(self, table: str) -> WriteResult:
+        """What a run that commits nothing reports: the table as it is (from its files when
+        readable here, else from Spark)."""
+        from dagster_incremental.table_metadata import live_row_count
+
+        readable, metadata = self._table_files(table)
+        if readable and metadata is None:
+            return WriteResult(0, 0, 0, 0, None, ())
+        if readable:
+            snapshot_id, summary = metadata.current_summary()
+            schema, rows = metadata.spark_schema(), live_row_count(summary)
+            if schema is not None and rows is not None:
+                return WriteResult(0, 0, 0, rows, snapshot_id, schema)
+        return self.writer.unchanged(table)
 
     # -- IOManager -------------------------------------------------------------------------------
 
@@ -141,9 +212,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             return
         if isinstance(obj, IncrementalBatch):
             current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
-            if _nothing_to_commit(obj, current):
-                # No rows and the table already holds this cursor: a commit would change nothing.
-                context.add_output_metadata(_result_metadata(obj.spec.table, self.writer.unchanged(obj.spec.table)))
+            if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
+                # No rows and the table already holds this cursor (or there is no table and
+                # nothing to create): a commit would change nothing, and Spark is not needed.
+                context.add_output_metadata(_result_metadata(obj.spec.table, self._unchanged(obj.spec.table)))
                 return
             result = self.writer.write(
                 obj.spec,
@@ -200,7 +272,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch):
         """Two runs that read the same cursor must not both commit: the second would load twice.
         Returns the committed state it checked (None: the table has none)."""
-        current = self.writer.read_committed_state(batch.spec.table, scope=batch.commit.scope)
+        current = self._committed_state(batch.spec.table, batch.commit.scope)
         current_id = current.snapshot_id if current is not None else None
         if current_id != batch.expected_snapshot_id:
             other = current.run_id if current is not None else "unknown"

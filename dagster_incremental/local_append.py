@@ -92,9 +92,10 @@ class LocalAppend:
     @classmethod
     def open(cls, spark: Any, table: str) -> LocalAppend | None:
         """The table, if its data files can be written from here (else None: use Spark)."""
+        from dagster_incremental.commit import iceberg_table
+
         jvm = spark._jvm
-        iceberg = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-        iceberg.refresh()
+        iceberg = iceberg_table(spark, table)
         location = str(iceberg.location())
         local = location.startswith("file:/") or location.startswith("/")
         props = dict(iceberg.properties())

@@ -373,3 +373,12 @@ def spark_schema(table_dir: str | os.PathLike[str]) -> tuple[tuple[str, str], ..
     """((column, Spark simpleString), ...) of the current schema; None: ask Spark."""
     metadata = read_metadata(table_dir)
     return metadata.spark_schema() if metadata is not None else None
+
+
+def live_row_count(summary: Mapping[str, str]) -> int | None:
+    """Live rows of a snapshot from its summary: data-file records minus position deletes (each
+    removes exactly one row). None when equality deletes exist (they match any number of rows:
+    only a count can tell)."""
+    if int(summary.get("total-equality-deletes", 0) or 0):
+        return None
+    return int(summary.get("total-records", 0) or 0) - int(summary.get("total-position-deletes", 0) or 0)

@@ -31,6 +31,7 @@ from dagster_incremental.commit import (
     SnapshotInfo,
     commit_properties,
     find_snapshot,
+    iceberg_table,
     new_commit_id,
     read_committed_state,
     with_commit_properties,
@@ -46,8 +47,9 @@ from dagster_incremental.schema_evolution import (
     plan_schema_change,
     sql_type,
 )
-from dagster_incremental.sql import column_list, qualified, quote
+from dagster_incremental.sql import column_list, qualified, quote, split_identifier
 from dagster_incremental.staging import arrow_to_spark, is_local, spark_schema_of
+from dagster_incremental.table_metadata import live_row_count
 from dagster_incremental.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
 __all__ = [
@@ -94,40 +96,6 @@ def table_name(catalog: str, namespace: str | Sequence[str], asset_key_path: Seq
         raise IncrementalConfigError("an asset key needs at least one part to name its table")
     spaces = [namespace] if isinstance(namespace, str) else list(namespace)
     return qualified(catalog, *spaces, "__".join(asset_key_path))
-
-
-def split_identifier(table: str) -> list[str]:
-    """The parts of a (partly) backtick-quoted multipart name: "`a`.`b``c`.d" -> [a, b`c, d]."""
-    parts: list[str] = []
-    i, n = 0, len(table)
-    while i < n:
-        if table[i] == "`":
-            j, buf = i + 1, []
-            while True:
-                if j >= n:
-                    raise ValueError(f"unbalanced backticks in table name {table!r}")
-                if table[j] == "`":
-                    if j + 1 < n and table[j + 1] == "`":
-                        buf.append("`")
-                        j += 2
-                        continue
-                    break
-                buf.append(table[j])
-                j += 1
-            parts.append("".join(buf))
-            i = j + 1
-        else:
-            j = table.find(".", i)
-            j = n if j == -1 else j
-            parts.append(table[i:j].strip())
-            i = j
-        if i < n:
-            if table[i] != ".":
-                raise ValueError(f"unexpected {table[i]!r} in table name {table!r}")
-            i += 1
-    if not parts or any(p == "" for p in parts):
-        raise ValueError(f"bad table name {table!r}")
-    return parts
 
 
 def table_exists(spark: SparkSession, table: str) -> bool:
@@ -291,6 +259,15 @@ class TableWriter:
     def table_exists(self, table: str) -> bool:
         return table_exists(self.spark, table)
 
+    def _refreshed(self, table: str) -> bool:
+        """Whether the table exists, its cached Iceberg object brought up to date first: the
+        cursor may have been read from the table's files, not through this session, and
+        another process may have committed since this session cached the table."""
+        if not self.table_exists(table):
+            return False
+        iceberg_table(self.spark, table).refresh()
+        return True
+
     def read_committed_state(self, table: str, scope: str | None = None) -> CommittedState | None:
         """The newest cursor committed with the table (see commit.read_committed_state)."""
         return read_committed_state(self.spark, table, scope)
@@ -298,10 +275,7 @@ class TableWriter:
     def unchanged(self, table: str) -> WriteResult:
         """The WriteResult of a run that commits nothing: no changes, the table as it is
         (its current snapshot, read from the Iceberg Table object: no Spark job)."""
-        iceberg = self.spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-            self.spark._jsparkSession, table
-        )
-        current = iceberg.currentSnapshot()
+        current = iceberg_table(self.spark, table).currentSnapshot()
         summary = dict(current.summary()) if current is not None else {}
         schema = self.spark.table(table).schema
         return WriteResult(
@@ -349,8 +323,9 @@ class TableWriter:
         props = commit_properties(commit, commit_id=commit_id)  # validates the state first
         case_sensitive = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
 
+        exists = self._refreshed(spec.table)
         if is_local(batch):
-            if window is None and not full_refresh and _appends_only(spec, self.table_exists(spec.table), deduplicated, batch):
+            if window is None and not full_refresh and _appends_only(spec, exists, deduplicated, batch):
                 result = self._append_local(dialect, spec, batch, props, commit_id, case_sensitive)
                 if result is not None:
                     return result
@@ -741,11 +716,9 @@ class TableWriter:
         )
 
     def _row_count(self, table: str, summary: Mapping[str, str]) -> int:
-        """Live rows after the commit: data-file records minus position deletes (each removes
-        exactly one row). Equality deletes can match any number of rows: then count (one job)."""
-        if _int(summary, "total-equality-deletes"):
-            return self.spark.table(table).count()
-        return _int(summary, "total-records") - _int(summary, "total-position-deletes")
+        """Live rows after the commit, from the summary when it can tell (else one count job)."""
+        rows = live_row_count(summary)
+        return self.spark.table(table).count() if rows is None else rows
 
     def _matched_keys(
         self, spec: WriteSpec, aligned: DataFrame, batch_rows: _BatchRows, snapshot: SnapshotInfo
