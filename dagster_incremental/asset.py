@@ -599,7 +599,7 @@ class _Runner:
             self._check_write_keys(stored.get(plan.scope), plan)
             runs = self._bind(context, plan, stored)
             output = self._call(context, runs, secret_kwargs)
-            staged = stage_batches(output, runs, self.settings, spec)  # iterates the function
+            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except IncrementalError as exc:
             if redactor.leaks(exc):

@@ -63,6 +63,8 @@ def spark_conf(
         "spark.sql.shuffle.partitions": "8",
         # pandas/Arrow <-> Spark conversions go through Arrow, not row by row.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Quiet by default: no [Stage N:>] bars in run logs ("true" in [spark.conf] brings them back).
+        "spark.ui.showConsoleProgress": "false",
     }
     # A standalone master on loopback (spark://127.0.0.1:7077, localhost, [::1]; every host of an
     # HA list) means its workers and executors run on this machine.
@@ -97,9 +99,16 @@ def spark_conf(
 
 
 def build_spark_session(conf: Mapping[str, str]):
-    """getOrCreate a SparkSession with `conf` (as dagster-pyspark's resource does)."""
+    """getOrCreate a SparkSession with `conf` (as dagster-pyspark's resource does); a driver JVM
+    this call launches starts from the class archive, quietly (see jvm_startup)."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    from dagster_incremental.jvm_startup import driver_java_options
+
+    conf = dict(conf)
+    if SparkContext._jvm is None:  # only options of a JVM not started yet take effect
+        conf["spark.driver.extraJavaOptions"] = driver_java_options(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

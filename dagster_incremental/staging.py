@@ -127,12 +127,15 @@ class Staged:
         return frame
 
 
-def stage_batches(output: Any, runs: Mapping[str, Any], settings: Any, spec: Any) -> Staged:
+def stage_batches(
+    output: Any, runs: Mapping[str, Any], settings: Any, spec: Any, on_first_rows: Any = None
+) -> Staged:
     """Filter the function's output through every bound cursor and stage it for the writer.
 
     Dict pages become Arrow before the cursor filter (one vectorised pass instead of one Python
     step per row) whenever every cursor is a top-level column; a page Arrow can't type goes the
-    dict way, whose errors name the row.
+    dict way, whose errors name the row. `on_first_rows()` is called once, when the first kept
+    rows arrive (the caller starts Spark then, while the source is still extracting).
     """
     import pyarrow as pa
 
@@ -146,6 +149,9 @@ def stage_batches(output: Any, runs: Mapping[str, Any], settings: Any, spec: Any
     tables: list[pa.Table] = []
     frames = []
     for batch in batches:
+        if on_first_rows is not None:
+            on_first_rows()
+            on_first_rows = None
         kind = _kind(batch)
         if kind == "spark":
             frames.append(_typed_cursor_columns(batch, runs))

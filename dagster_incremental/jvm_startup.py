@@ -1,0 +1,138 @@
+"""A faster, quieter start for the Spark driver JVM this process launches.
+
+Why: Dagster launches every run in a fresh process, so every run pays a cold JVM: loading and
+verifying some ten thousand Spark and Iceberg classes, then JIT-compiling the first job. Two
+standard JVM features cut that:
+
+- a class-data-sharing archive (`-XX:SharedArchiveFile`): the classes a previous run loaded,
+  already parsed and verified, mapped from one file. The first process that finds none records
+  one at exit (`-XX:ArchiveClassesAtExit`) under a temporary name; the next process that finds a
+  finished recording renames it into place (atomic), and every later process uses it. An archive
+  is keyed by the Java runtime and the jars, so a new Java or Spark simply records a new one. If
+  the JVM cannot map an archive (it checks the runtime and class path itself), it starts
+  without it, as if there were none.
+- C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
+  before the optimising compiler would pay off (see the README's benchmark section).
+
+And quiet: a log4j2 configuration at ERROR instead of Spark's WARN default, so a run's output
+is not buried in Spark's start-up warnings. `spark.log.level` in `[spark.conf]` brings them back.
+Set `DAGSTER_INCREMENTAL_JVM_ARCHIVE=off` to start without the archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ARCHIVE_SWITCH = "DAGSTER_INCREMENTAL_JVM_ARCHIVE"
+ARCHIVE_DIR = "DAGSTER_INCREMENTAL_JVM_ARCHIVE_DIR"
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+
+
+def driver_java_options(conf: Mapping[str, str]) -> str:
+    """`spark.driver.extraJavaOptions` for a new driver JVM: ours first, the user's after them
+    (the JVM takes the last of a repeated flag, so the user's win)."""
+    user = conf.get(_OPTIONS_KEY, "")
+    ours: list[str] = []
+    if "log4j2.configurationFile" not in user and "log4j.configuration" not in user:
+        ours.append(f"-Dlog4j2.configurationFile={QUIET_LOG4J}")
+    if "SharedArchiveFile" not in user and "ArchiveClassesAtExit" not in user:
+        ours += archive_options(_jars(conf))
+    if conf.get("spark.master", "local").startswith("local") and "TieredStopAtLevel" not in user:
+        ours.append("-XX:TieredStopAtLevel=1")
+    return " ".join([*ours, user]).strip()
+
+
+def archive_options(jars: Sequence[str]) -> list[str]:
+    """Use this runtime's archive, or record one at exit when there is none yet."""
+    if os.environ.get(ARCHIVE_SWITCH, "").lower() in ("0", "off", "false", "no"):
+        return []
+    folder = archive_folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return []
+    key = archive_key(jars)
+    final = folder / f"{key}.jsa"
+    if final.is_file() or _adopt_recording(folder, key, final):
+        return [f"-XX:SharedArchiveFile={final}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    recording = folder / f"{key}.{os.getpid()}.recording"
+    return [f"-XX:ArchiveClassesAtExit={recording}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+
+
+def archive_folder() -> Path:
+    if os.environ.get(ARCHIVE_DIR):
+        return Path(os.environ[ARCHIVE_DIR])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "dagster-incremental" / "jvm-archive"
+
+
+def archive_key(jars: Sequence[str]) -> str:
+    """Names what the archive depends on: the Java runtime and every jar on the driver."""
+    digest = hashlib.sha256()
+    java = _java_binary()
+    for path in [java, *_spark_jars(), *jars]:
+        try:
+            stat = os.stat(path)
+            digest.update(f"{os.path.realpath(path)}:{stat.st_size}:{int(stat.st_mtime)}\n".encode())
+        except OSError:
+            digest.update(f"{path}:missing\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def _adopt_recording(folder: Path, key: str, final: Path) -> bool:
+    """Rename a finished recording (its process has exited) into place: atomic, and only once."""
+    for recording in folder.glob(f"{key}.*.recording"):
+        pid = recording.name.split(".")[1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue  # still running: the archive is written when it exits
+        if _complete(recording):
+            try:
+                os.replace(recording, final)
+                return True
+            except OSError:
+                continue
+        recording.unlink(missing_ok=True)
+    return final.is_file()
+
+
+def _complete(path: Path) -> bool:
+    """A dynamic archive starts with its magic number and is far larger than a header; a
+    process killed while writing leaves less."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+        return head in (b"\xa8\xab\x0b\xf0", b"\xf0\x0b\xab\xa8") and path.stat().st_size > 1 << 20
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java") or "java"
+    return os.path.realpath(java)
+
+
+def _spark_jars() -> list[str]:
+    import pyspark
+
+    folder = Path(pyspark.__file__).parent / "jars"
+    return sorted(str(p) for p in folder.glob("*.jar"))
+
+
+def _jars(conf: Mapping[str, str]) -> list[str]:
+    return [j for j in conf.get("spark.jars", "").split(",") if j]
