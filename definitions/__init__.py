@@ -44,4 +44,8 @@ defs = dg.Definitions(
     schedules=[daily_events_hourly],
     sensors=[orders_sensor],
     resources={"io_manager": SparkTableIOManager.from_config(CONFIG)},
+    # Every run (a job, or assets picked in the UI) executes its steps in ONE process, so they
+    # share one Spark session instead of starting a JVM per step (Dagster's default executor
+    # starts a process per step).
+    executor=dg.in_process_executor,
 )

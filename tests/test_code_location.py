@@ -127,3 +127,11 @@ def test_webserver_graphql_serves_the_latest_cursor(env, two_cli_runs):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
+
+
+def test_every_run_of_the_example_shares_one_process_and_so_one_spark_session():
+    """Jobs and assets picked in the UI run in-process: one JVM per run, not one per step."""
+    from definitions import defs
+
+    jobs = [defs.resolve_job_def("main"), defs.resolve_job_def("daily_events_job"), defs.resolve_implicit_global_asset_job_def()]
+    assert all(job.executor_def is dg.in_process_executor for job in jobs)
