@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr
 
 from dagster_incremental import metadata as md
 from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
+from dagster_incremental.local_rows import LocalRows
 from dagster_incremental.spark_session import build_spark_session, spark_conf
 from dagster_incremental.sql import qualified
 from dagster_incremental.write_spec import (
@@ -211,23 +212,11 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if obj is None:
             return
         if isinstance(obj, IncrementalBatch):
-            current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
-            if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
-                # No rows and the table already holds this cursor (or there is no table and
-                # nothing to create): a commit would change nothing, and Spark is not needed.
-                context.add_output_metadata(_result_metadata(obj.spec.table, self._unchanged(obj.spec.table)))
-                return
-            result = self.writer.write(
-                obj.spec,
-                obj.data,
-                commit=obj.commit,
-                window=obj.window,
-                full_refresh=obj.full_refresh,
-                run_started_at=obj.run_started_at,
-                deduplicated=obj.deduplicated,
-            )
-            context.add_output_metadata(_result_metadata(obj.spec.table, result))
-            self._compact_if_needed(context, obj.spec.table, result)
+            try:
+                self._write_batch(context, obj)
+            finally:
+                if isinstance(obj.data, LocalRows):  # rows spilled to disk: remove the files
+                    obj.data.close()
             return
         if _is_spark_frame(obj):
             spec = self._spec_from_definition(context)
@@ -251,6 +240,25 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "
             "SparkTableIOManager stores pyspark DataFrames (or the output of @incremental_asset)."
         )
+
+    def _write_batch(self, context: dg.OutputContext, obj: IncrementalBatch) -> None:
+        current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
+        if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
+            # No rows and the table already holds this cursor (or there is no table and
+            # nothing to create): a commit would change nothing, and Spark is not needed.
+            context.add_output_metadata(_result_metadata(obj.spec.table, self._unchanged(obj.spec.table)))
+            return
+        result = self.writer.write(
+            obj.spec,
+            obj.data,
+            commit=obj.commit,
+            window=obj.window,
+            full_refresh=obj.full_refresh,
+            run_started_at=obj.run_started_at,
+            deduplicated=obj.deduplicated,
+        )
+        context.add_output_metadata(_result_metadata(obj.spec.table, result))
+        self._compact_if_needed(context, obj.spec.table, result)
 
     def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from dagster_incremental.local_rows import LocalRows
 
 ROWS_PER_FILE = 2_000_000  # one Parquet file (one thread) per this many rows
 _FIELD_ID = b"PARQUET:field_id"
@@ -131,26 +133,35 @@ class LocalAppend:
                 columns.append(batch.column(index).cast(field.type))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
-    def write_files(self, rows: pa.Table) -> list[str]:
-        """Write `rows` as Parquet data files (in parallel threads: pyarrow frees the GIL)."""
+    def write_files(self, rows: LocalRows, case_sensitive: bool, paths: list[str]) -> None:
+        """Write the rows as Parquet data files, adding each file to `paths` before writing it
+        (so a failure can remove them). Rows in memory are split over parallel threads (pyarrow
+        frees the GIL); spilled rows stream chunk by chunk, memory staying flat."""
         os.makedirs(self.data_dir, exist_ok=True)
-        count = max(1, min(os.cpu_count() or 1, -(-rows.num_rows // ROWS_PER_FILE)))
-        step = -(-rows.num_rows // count) if rows.num_rows else 0
         prefix = uuid.uuid4().hex
-        chunks = [rows.slice(i * step, step) for i in range(count)]
-        paths = [os.path.join(self.data_dir, f"{i:05d}-{prefix}.parquet") for i in range(count)]
+        if rows.spilled:
+            for number, chunks in enumerate(_files_of(self.aligned(c, case_sensitive) for c in rows.chunks())):
+                paths.append(os.path.join(self.data_dir, f"{number:05d}-{prefix}.parquet"))
+                self._write(chunks, paths[-1])
+            return
+        table = self.aligned(rows.table(), case_sensitive)
+        count = max(1, min(os.cpu_count() or 1, -(-table.num_rows // ROWS_PER_FILE)))
+        step = -(-table.num_rows // count) if table.num_rows else 0
+        parts = [[table.slice(i * step, step)] for i in range(count)]
+        paths += [os.path.join(self.data_dir, f"{i:05d}-{prefix}.parquet") for i in range(count)]
         with ThreadPoolExecutor(max_workers=count) as pool:
-            list(pool.map(self._write_file, chunks, paths))
-        return paths
+            list(pool.map(self._write, parts, paths[-count:]))
 
-    def _write_file(self, rows: pa.Table, path: str) -> None:
-        pq.write_table(
-            rows,
+    def _write(self, chunks: Iterable[pa.Table], path: str) -> None:
+        with pq.ParquetWriter(
             path,
+            self.schema,
             compression=self.compression,
             compression_level=self.compression_level,
             coerce_timestamps="us",  # Iceberg's precision; statistics stay on: they become its metrics
-        )
+        ) as writer:
+            for chunk in chunks:
+                writer.write_table(chunk)
 
     def commit(self, paths: list[str], properties: Mapping[str, str], *, only_if_empty: bool) -> None:
         """ONE snapshot adding the files and carrying `properties` (the cursor).
@@ -177,6 +188,22 @@ class LocalAppend:
         for key, value in properties.items():
             operation.set(key, value)
         operation.commit()
+
+
+def _files_of(chunks: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
+    """Chunks grouped into files of about ROWS_PER_FILE rows (each group consumed in turn)."""
+    pending = next(chunks, None)
+    while pending is not None:
+
+        def group() -> Iterator[pa.Table]:
+            nonlocal pending
+            written = 0
+            while pending is not None and (written == 0 or written + pending.num_rows <= ROWS_PER_FILE):
+                written += pending.num_rows
+                yield pending
+                pending = next(chunks, None)
+
+        yield group()
 
 
 @contextmanager

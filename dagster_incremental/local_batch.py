@@ -46,9 +46,24 @@ def covers(spec: WriteSpec, columns: list[str]) -> bool:
     return all(name in columns for name in needed) and not any(c.startswith(HELPER_PREFIX) for c in columns)
 
 
+def decisive_columns(spec: WriteSpec, columns: list[str]) -> list[str]:
+    """The columns the dedup decision reads: keys, dedup_sort, the cursor."""
+    names = list(spec.primary_key) + ([spec.dedup_sort[0]] if spec.dedup_sort else [])
+    if spec.cursor_column in columns:
+        names.append(spec.cursor_column)
+    return list(dict.fromkeys(names))
+
+
 def deduplicate(table: pa.Table, spec: WriteSpec) -> pa.Table:
     """One row per primary key, chosen as merge_dedup.survivor_order does; raises DataShapeError
     for a NULL key. `covers(spec, table.column_names)` must hold."""
+    keep = survivors(table, spec)
+    return table if keep is None else table.filter(pa.array(keep))
+
+
+def survivors(table: pa.Table, spec: WriteSpec) -> np.ndarray | None:
+    """Which rows survive the dedup (a mask in arrival order); None when every key is unique
+    (the common case: one hash pass). `table` needs only the decisive_columns."""
     keys = list(spec.primary_key)
     for name in keys:
         nulls = table[name].null_count
@@ -57,7 +72,7 @@ def deduplicate(table: pa.Table, spec: WriteSpec) -> pa.Table:
             sample = repr(table.slice(first, 1).to_pylist()[0])
             raise DataShapeError(null_key_message(spec.table, nulls, "primary_key", name, sample))
     if table.num_rows < 2 or _unique(table, keys):
-        return table
+        return None
     with_arrival = table.append_column(_ARRIVAL, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     sort_keys = [(k, "ascending") for k in keys]
     if spec.dedup_sort is not None:
@@ -72,17 +87,17 @@ def deduplicate(table: pa.Table, spec: WriteSpec) -> pa.Table:
     with warnings.catch_warnings():  # pyarrow >= 25 prefers it per key; older ones only take this
         warnings.simplefilter("ignore", FutureWarning)
         order = pc.sort_indices(with_arrival, sort_keys=sort_keys, null_placement="at_end")
-    ordered = with_arrival.take(order)
+    ordered = with_arrival.select(keys).take(order)
     first_of_key = np.zeros(ordered.num_rows, dtype=bool)
     first_of_key[0] = True
     for name in keys:
         column = ordered[name].combine_chunks()
         differs = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
         first_of_key[1:] |= differs.to_numpy(zero_copy_only=False)
-    survivors = ordered.filter(pa.array(first_of_key))
-    # Back to arrival order: the table keeps the order the source gave (as the Spark path does).
-    survivors = survivors.take(pc.sort_indices(survivors, sort_keys=[(_ARRIVAL, "ascending")]))
-    return survivors.drop_columns([_ARRIVAL])
+    # Back to arrival order: the batch keeps the order the source gave (as the Spark path does).
+    keep = np.zeros(table.num_rows, dtype=bool)
+    keep[order.to_numpy()[first_of_key]] = True
+    return keep
 
 
 def _unique(table: pa.Table, keys: list[str]) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.errors import DataShapeError
+from dagster_incremental.local_rows import LocalRows
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
 ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data file written)
@@ -104,7 +105,7 @@ class Staged:
     `deduplicated`: local_batch already reduced them to one row per primary key.
     """
 
-    local: Any = None  # pyarrow.Table
+    local: LocalRows | None = None
     frames: tuple[Any, ...] = ()
     deduplicated: bool = False
 
@@ -146,7 +147,8 @@ def stage_batches(
         batches = (_page_as_arrow(b) if isinstance(b, list) else b for b in batches)
     for run in runs.values():
         batches = run.filter_batches(batches)
-    tables: list[pa.Table] = []
+    rows = LocalRows(prepare=lambda table: _typed_cursor_columns_arrow(table, runs))
+    local = False
     frames = []
     for batch in batches:
         if on_first_rows is not None:
@@ -155,23 +157,26 @@ def stage_batches(
         kind = _kind(batch)
         if kind == "spark":
             frames.append(_typed_cursor_columns(batch, runs))
-        elif kind == "arrow":
-            tables.append(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
+            continue
+        if kind == "arrow":
+            rows.add(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
         elif kind == "pandas":
-            tables.append(pa.Table.from_pandas(batch, preserve_index=False))
+            rows.add(pa.Table.from_pandas(batch, preserve_index=False))
         elif batch:
-            tables.append(_page_to_arrow(batch, settings.name))
-    if not tables:
+            rows.add(_page_to_arrow(batch, settings.name))
+        local = True
+    if not local:
         return Staged(frames=tuple(frames))
-    table = _typed_cursor_columns_arrow(pa.concat_tables(tables, promote_options="permissive"), runs)
+    rows.finish()
     deduplicated = False
-    if not frames and local_batch.covers(spec, table.column_names):
+    if not frames and local_batch.covers(spec, rows.column_names):
+        decisive = rows.columns(local_batch.decisive_columns(spec, rows.column_names))
         try:
-            table, deduplicated = local_batch.deduplicate(table, spec), True
+            rows.keep, deduplicated = local_batch.survivors(decisive, spec), True
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass  # a key type Arrow can't sort or group (e.g. a map): Spark's dedup does it
     # (the engine already pinned Spark sources to the last_value it computed)
-    return Staged(local=table, frames=tuple(frames), deduplicated=deduplicated)
+    return Staged(local=rows, frames=tuple(frames), deduplicated=deduplicated)
 
 
 def _top_level_cursor(run: Any) -> bool:
@@ -237,42 +242,52 @@ def _conflicting_column(page: list[dict]) -> str | None:
 
 
 def is_local(obj: Any) -> bool:
-    """Rows held in this process as a pyarrow Table (not yet handed to Spark)."""
-    return _kind(obj) == "arrow"
+    """Rows held in this process (LocalRows or a pyarrow Table), not yet handed to Spark."""
+    return isinstance(obj, LocalRows) or _kind(obj) == "arrow"
 
 
-def spark_ready(table):
-    """`table` with the types Spark stores: untyped (all-NULL) columns as text, timestamps in
+def local_rows(obj: Any) -> LocalRows:
+    return obj if isinstance(obj, LocalRows) else LocalRows.of(obj)
+
+
+def spark_ready_schema(schema):
+    """The Arrow types Spark stores: untyped (all-NULL) columns as text, timestamps in
     microseconds. Both ways of writing local rows (Spark, local_append) start from this."""
     import pyarrow as pa
 
     fields = []
-    for f in table.schema:
+    for f in schema:
         if pa.types.is_null(f.type):  # a column that was None in every row: keep it, as text
             fields.append(pa.field(f.name, pa.string()))
         elif pa.types.is_timestamp(f.type) and f.type.unit != "us":
             fields.append(pa.field(f.name, pa.timestamp("us", tz=f.type.tz)))
         else:
             fields.append(f)
-    return table.cast(pa.schema(fields))
+    return pa.schema(fields)
 
 
-def spark_schema_of(table):
+def spark_schema_of(rows: Any):
     """The Spark schema local rows get (what schema evolution and CREATE TABLE work from)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(spark_ready(table).schema)
+    return from_arrow_schema(spark_ready_schema(local_rows(rows).schema))
 
 
-def arrow_to_spark(spark, table):
-    """One Arrow -> Spark conversion with an explicit schema (no inference, no per-row Python)."""
-    table = spark_ready(table)
-    frame = spark.createDataFrame(table.to_pandas(), schema=spark_schema_of(table))
-    # Spark makes one partition per Arrow batch (10,000 rows): 100 tasks and 100 small files
-    # for 1M rows. Partitions of ~ROWS_PER_PARTITION write the same rows 3-5x faster (measured);
-    # not fewer, because a local partition's rows travel inside its task (driver memory).
-    wanted = max(spark.sparkContext.defaultParallelism, -(-table.num_rows // ROWS_PER_PARTITION))
-    return frame.coalesce(wanted) if frame.rdd.getNumPartitions() > wanted else frame
+def arrow_to_spark(spark, rows: Any):
+    """Local rows as a Spark DataFrame, chunk by chunk (explicit schema, no per-row Python)."""
+    rows = local_rows(rows)
+    schema = spark_ready_schema(rows.schema)
+    spark_schema = spark_schema_of(rows)
+    frame = None
+    for chunk in rows.chunks():
+        part = spark.createDataFrame(chunk.cast(schema).to_pandas(), schema=spark_schema)
+        # Spark makes one partition per Arrow batch (10,000 rows): 100 tasks and 100 small files
+        # for 1M rows. Partitions of ~ROWS_PER_PARTITION write the same rows 3-5x faster
+        # (measured); not fewer: a local partition's rows travel inside its task.
+        wanted = max(spark.sparkContext.defaultParallelism, -(-chunk.num_rows // ROWS_PER_PARTITION))
+        part = part.coalesce(wanted) if part.rdd.getNumPartitions() > wanted else part
+        frame = part if frame is None else frame.unionByName(part)
+    return frame
 
 
 def _timestamp_cursor_columns(columns: list[str], runs: Mapping[str, Any]) -> list[str]:

@@ -48,7 +48,7 @@ from dagster_incremental.schema_evolution import (
     sql_type,
 )
 from dagster_incremental.sql import column_list, qualified, quote, split_identifier
-from dagster_incremental.staging import arrow_to_spark, is_local, spark_schema_of
+from dagster_incremental.staging import arrow_to_spark, is_local, local_rows, spark_schema_of
 from dagster_incremental.table_metadata import live_row_count
 from dagster_incremental.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
@@ -325,6 +325,7 @@ class TableWriter:
 
         exists = self._refreshed(spec.table)
         if is_local(batch):
+            batch = local_rows(batch)
             if window is None and not full_refresh and _appends_only(spec, exists, deduplicated, batch):
                 result = self._append_local(dialect, spec, batch, props, commit_id, case_sensitive)
                 if result is not None:
@@ -618,8 +619,9 @@ class TableWriter:
         target = LocalAppend.open(spark, spec.table)
         if target is None:
             return None
-        paths = target.write_files(target.aligned(batch, case_sensitive))
+        paths: list[str] = []
         with removed_on_failure(paths), conflicts_as_concurrent_run(spec.table):
+            target.write_files(batch, case_sensitive, paths)
             target.commit(paths, props, only_if_empty=first_load)
         return self._result(spec, commit_id, props, kind="summary")
 

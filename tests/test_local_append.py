@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from dagster_incremental.local_append import LocalAppend
+from dagster_incremental.local_rows import LocalRows
 from dagster_incremental.staging import arrow_to_spark
 from dagster_incremental.table_writer import TableWriter, is_commit_conflict
 from dagster_incremental.write_spec import CommitInfo, WriteSpec
@@ -93,7 +94,8 @@ def test_a_first_load_that_another_writer_beat_is_refused_and_leaves_no_files(sp
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name.rsplit('.', 1)[0]}")
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg")
     target = LocalAppend.open(spark, name)
-    paths = target.write_files(target.aligned(pa.table({"id": [1], "v": ["mine"]}), case_sensitive=False))
+    paths: list[str] = []
+    target.write_files(LocalRows.of(pa.table({"id": [1], "v": ["mine"]})), False, paths)
     spark.sql(f"INSERT INTO {name} VALUES (1, 'theirs')")  # another run's first load lands first
     with pytest.raises(Exception) as caught:
         target.commit(paths, {"dagster_incremental.state": "{}"}, only_if_empty=True)
@@ -132,3 +134,24 @@ def test_partitioned_tables_keep_the_spark_path(spark):
     assert [r["id"] for r in contents(spark, name)] == [1, 2, 3]
     assert LocalAppend.open(spark, name) is None
     assert spark.sql(f"SELECT count(*) AS n FROM {name}.partitions").first().n == 3
+
+
+def test_rows_spilled_to_disk_are_deduplicated_across_pages_and_streamed_into_files(spark, monkeypatch):
+    from types import SimpleNamespace
+
+    from dagster_incremental.staging import stage_batches
+
+    monkeypatch.setattr("dagster_incremental.local_rows.SPILL_BYTES", 1)  # every page to disk
+    monkeypatch.setattr("dagster_incremental.local_append.ROWS_PER_FILE", 150)
+    name = table("spilled")
+    spec = WriteSpec(table=name, cursor_column="version", **UPSERT)
+    pages = [rows(list(range(p * 100, p * 100 + 100)), version=p) for p in range(4)]
+    pages.append(rows([5, 105], version=9))  # newer versions of keys from the first pages
+    staged = stage_batches(pages, {}, SimpleNamespace(name="spilled"), spec)
+    assert staged.local.spilled and staged.deduplicated and staged.local.num_rows == 400
+    TableWriter(spark).write(spec, staged.data(lambda: spark), commit=CommitInfo(state={"v": 1}), deduplicated=True)
+    got = {r["id"]: r["version"] for r in contents(spark, name)}
+    assert len(got) == 400 and got[5] == got[105] == 9 and got[399] == 3
+    counts = [r.record_count for r in spark.sql(f"SELECT record_count FROM {name}.files").collect()]
+    assert sum(counts) == 400 and len(counts) > 1 and max(counts) <= 150  # streamed into several files
+    staged.local.close()

@@ -113,7 +113,7 @@ def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark)
     settings = SimpleNamespace(name="x")
     rows = [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}, {"id": 2, "v": "c"}]
     staged = stage_batches(rows, {}, settings, spec())
-    assert staged.deduplicated and sorted(staged.local["v"].to_pylist()) == ["b", "c"]
+    assert staged.deduplicated and sorted(staged.local.table()["v"].to_pylist()) == ["b", "c"]
 
     struct_keys = pa.table({"id": pa.array([{"a": 1}, {"a": 1}]), "v": ["a", "b"]})
     staged = stage_batches(struct_keys, {}, settings, spec())
