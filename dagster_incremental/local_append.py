@@ -29,7 +29,8 @@ import pyarrow.parquet as pq
 
 from dagster_incremental.local_rows import LocalRows
 
-ROWS_PER_FILE = 2_000_000  # one Parquet file (one thread) per this many rows
+ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
+ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
 _FIELD_ID = b"PARQUET:field_id"
 _PRIMITIVES = {
     "boolean": pa.bool_(),
@@ -140,16 +141,18 @@ class LocalAppend:
         os.makedirs(self.data_dir, exist_ok=True)
         prefix = uuid.uuid4().hex
         if rows.spilled:
-            for number, chunks in enumerate(_files_of(self.aligned(c, case_sensitive) for c in rows.chunks())):
+            pieces = (piece for chunk in rows.chunks() for piece in _slices(self.aligned(chunk, case_sensitive)))
+            for number, group in enumerate(_files_of(pieces)):
                 paths.append(os.path.join(self.data_dir, f"{number:05d}-{prefix}.parquet"))
-                self._write(chunks, paths[-1])
+                self._write(group, paths[-1])
             return
         table = self.aligned(rows.table(), case_sensitive)
-        count = max(1, min(os.cpu_count() or 1, -(-table.num_rows // ROWS_PER_FILE)))
+        threads = os.cpu_count() or 1
+        count = max(min(threads, -(-table.num_rows // ROWS_PER_THREAD)), -(-table.num_rows // ROWS_PER_FILE), 1)
         step = -(-table.num_rows // count) if table.num_rows else 0
         parts = [[table.slice(i * step, step)] for i in range(count)]
         paths += [os.path.join(self.data_dir, f"{i:05d}-{prefix}.parquet") for i in range(count)]
-        with ThreadPoolExecutor(max_workers=count) as pool:
+        with ThreadPoolExecutor(max_workers=min(count, threads)) as pool:
             list(pool.map(self._write, parts, paths[-count:]))
 
     def _write(self, chunks: Iterable[pa.Table], path: str) -> None:
@@ -188,6 +191,11 @@ class LocalAppend:
         for key, value in properties.items():
             operation.set(key, value)
         operation.commit()
+
+
+def _slices(table: pa.Table) -> Iterator[pa.Table]:
+    for start in range(0, max(table.num_rows, 1), ROWS_PER_FILE):
+        yield table.slice(start, ROWS_PER_FILE)
 
 
 def _files_of(chunks: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
