@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import copy
 import dataclasses
+import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from dagster_incremental.boundary import (
     DedupKey,
     _canonical,
     _short,
+    canonical_json,
     row_dedup_key,
 )
 from dagster_incremental.cursor_path import MISSING, CursorPath, parse_cursor_path
@@ -55,7 +57,7 @@ from dagster_incremental.filter_core import (
     decide_callable,
 )
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: boundary keys stored as the key values themselves (1: their JSON text)
 LAST_VALUE_FUNCS = ("max", "min")
 ON_MISSING = ("raise", "include", "exclude")
 ROW_ORDERS = (None, "asc", "desc")
@@ -456,7 +458,7 @@ class IncrementalRun(Incremental):
             return
         # A minimal state ({"last_value": ...}, e.g. written by hand or by an older layer) is
         # accepted; whatever identity fields a state has must match the spec.
-        if not isinstance(state, Mapping) or state.get("version", STATE_VERSION) != STATE_VERSION:
+        if not isinstance(state, Mapping) or state.get("version", STATE_VERSION) not in (1, STATE_VERSION):
             raise CursorStateMismatch(
                 f"The stored cursor state {state!r} is not a version {STATE_VERSION} state of "
                 "dagster_incremental; run a full refresh to start a new state."
@@ -603,7 +605,16 @@ class IncrementalRun(Incremental):
         if b.get("value") is None:
             return None
         value = self._key(b["value"], "state boundary value")
-        return Boundary(value, frozenset(b.get("keys") or ()), bool(b.get("overflow")))
+        keys = b.get("keys") or ()
+        if state.get("version", STATE_VERSION) != 1 and self.dedup_key != CONTENT:
+            keys = (canonical_json(k) for k in keys)  # stored as values, compared as their JSON
+        return Boundary(value, frozenset(keys), bool(b.get("overflow")))
+
+    def _shown_keys(self, keys: frozenset[str]) -> list[Any]:
+        """Boundary keys as the state stores them: primary-key values as they are (the UI shows
+        ev_1, not its JSON text), content hashes as hex."""
+        ordered = sorted(keys)
+        return ordered if self.dedup_key == CONTENT else [json.loads(k) for k in ordered]
 
     # -- public values -----------------------------------------------------------------------------
 
@@ -694,7 +705,7 @@ class IncrementalRun(Incremental):
         if self._dedup and boundary is not None and boundary.value is not None and boundary.value == last:
             out["boundary"] = {
                 "value": self._canonical(boundary.value),
-                "keys": sorted(boundary.keys),
+                "keys": self._shown_keys(boundary.keys),
                 "overflow": boundary.overflow,
             }
         return out

@@ -71,7 +71,7 @@ def test_consecutive_runs_carry_state(kind, convert):
     state1 = run1.state
     assert json.loads(json.dumps(state1)) == state1
     assert state1["last_value"] == 5 and state1["start_value"] == 3 and state1["initial_value"] == 3
-    assert state1["boundary"] == {"value": 5, "keys": ["3", "4"], "overflow": False}
+    assert state1["boundary"] == {"value": 5, "keys": [3, 4], "overflow": False}
 
     run2 = spec.bind(state1)
     assert (run2.start_value, run2.last_value) == (5, 5)
@@ -80,7 +80,7 @@ def test_consecutive_runs_carry_state(kind, convert):
         run2, [{"id": 3, "ts": 5}, {"id": 9, "ts": 5}, {"id": 4, "ts": 5}, {"id": 3, "ts": 6}], convert
     )
     assert kept == [{"id": 3, "ts": 6}, {"id": 9, "ts": 5}]
-    assert run2.state["last_value"] == 6 and run2.state["boundary"]["keys"] == ["3"]
+    assert run2.state["last_value"] == 6 and run2.state["boundary"]["keys"] == [3]
 
     run3 = spec.bind(run2.state)
     kept = run_filter(run3, [{"id": 3, "ts": 6}, {"id": 4, "ts": 4}, {"id": 7, "ts": 7}], convert)
@@ -155,7 +155,7 @@ def test_inherited_primary_key_and_precedence():
     assert explicit.bind(inherited_primary_key="id").state["dedup_key"] == ["v"]
     run = spec.bind(inherited_primary_key="id")
     run.filter(rows)
-    assert run.state["boundary"]["keys"] == ["1"]
+    assert run.state["boundary"]["keys"] == [1]
     run2 = spec.bind(run.state, inherited_primary_key="id")
     assert run2.filter([{"id": 1, "ts": 5, "v": "changed"}]) == []
 
@@ -200,7 +200,7 @@ def test_bounded_boundary_state_never_loses_rows(kind, convert):
     # every row at the start value is kept (the writer anti-joins them); nothing is lost
     kept = run_filter(run2, rows_of([7] * n + [8, 8]), convert)
     assert len(kept) == n + 2
-    assert run2.state["boundary"] == {"value": 8, "keys": [str(n), str(n + 1)], "overflow": False}
+    assert run2.state["boundary"] == {"value": 8, "keys": [n, n + 1], "overflow": False}
     run3 = spec.bind(run2.state)
     assert run3.boundary_unverified is False
     assert ids(run_filter(run3, rows_of([8, 8, 8], start_id=n - 1), convert)) == [n - 1]
@@ -211,7 +211,7 @@ def test_overflow_accumulates_when_max_does_not_move(monkeypatch):
     spec = incremental("ts", initial_value=0, primary_key="id")
     run1 = spec.bind()
     run1.filter(rows_of([5, 5]))
-    assert run1.state["boundary"]["keys"] == ["0", "1"]
+    assert run1.state["boundary"]["keys"] == [0, 1]
     run2 = spec.bind(run1.state)
     assert ids(run2.filter(rows_of([5, 5, 5, 5]))) == [2, 3]  # 0 and 1 deduped; 2 and 3 new
     assert run2.state["boundary"] == {"value": 5, "keys": [], "overflow": True}  # 4 keys > 3
@@ -629,7 +629,7 @@ def test_min_last_value_func(kind, convert):
     spec = incremental("ts", initial_value=10, last_value_func="min", primary_key="id")
     run1 = spec.bind()
     assert ids(run_filter(run1, rows_of([12, 10, 7, 7, 9]), convert)) == [1, 2, 3, 4]
-    assert run1.last_value == 7 and run1.state["boundary"]["keys"] == ["2", "3"]
+    assert run1.last_value == 7 and run1.state["boundary"]["keys"] == [2, 3]
     run2 = spec.bind(run1.state)
     assert ids(
         run_filter(
@@ -771,7 +771,7 @@ def test_minimal_state_is_accepted():
     run = incremental("ts", primary_key="id").bind({"last_value": 5})
     assert run.start_value == 5 and run.boundary_unverified  # no boundary keys: rows at 5 are kept
     assert ids(run.filter(rows_of([4, 5, 6]))) == [1, 2]
-    assert run.state["version"] == 1 and run.state["last_value"] == 6
+    assert run.state["version"] == 2 and run.state["last_value"] == 6
 
 
 def test_initial_value_ignored_once_state_exists():
@@ -916,3 +916,15 @@ def test_spark_range_is_pinned_to_the_computed_last_value(spark):
         assert ids(canonical(nxt.filter(spark.table(table)))) == [3]
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_boundary_keys_are_stored_as_values_and_states_of_version_1_still_dedup():
+    spec = incremental("at", primary_key="id", initial_value=1)
+    run = spec.bind(None)
+    run.filter([{"id": "ev_1", "at": 5}, {"id": "ev_2", "at": 5}, {"id": "ev_0", "at": 4}])
+    assert run.state["boundary"]["keys"] == ["ev_1", "ev_2"]  # what the UI shows: no JSON-in-JSON
+    assert run.state["version"] == 2
+    again = [{"id": "ev_1", "at": 5}, {"id": "ev_3", "at": 5}]
+    assert spec.bind(run.state).filter(again) == [{"id": "ev_3", "at": 5}]
+    old = {**run.state, "version": 1, "boundary": {**run.state["boundary"], "keys": ['"ev_1"', '"ev_2"']}}
+    assert spec.bind(old).filter(again) == [{"id": "ev_3", "at": 5}]
