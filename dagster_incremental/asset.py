@@ -90,6 +90,8 @@ class AssetSettings:
     secret_params: tuple[str, ...] = ()
     # parameter name -> where its cursor type is set (config key and value), for error messages
     cursor_origins: Mapping[str, str] = field(default_factory=dict)
+    # column -> description shown in the table's column schema (hints, else the docstring)
+    column_descriptions: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def window_column(self) -> str | None:
@@ -286,7 +288,36 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         secrets=secrets,
         secret_params=secret_params,
         cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
+        column_descriptions=column_descriptions(func, pick("columns") or {}),
     )
+
+
+def column_descriptions(func: Callable[..., Any], hints: Mapping[str, Any]) -> dict[str, str]:
+    """Column descriptions: a `description` hint wins over a `Columns:` section of the docstring
+    (Google style: one `name: text` line per column, indented under the heading)."""
+    out = _docstring_columns(inspect.getdoc(func) or "")
+    out.update({c: h["description"] for c, h in hints.items() if isinstance(h, Mapping) and h.get("description")})
+    return out
+
+
+def _docstring_columns(doc: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    inside, current = False, None
+    for line in doc.splitlines():
+        if line.strip() in ("Columns:", "Columns"):
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line and not line[0].isspace():
+            break  # the next section
+        name, sep, text = line.strip().partition(":")
+        if sep and name and " " not in name.strip("`"):
+            current = name.strip("`")
+            out[current] = text.strip()
+        elif current and line.strip():
+            out[current] = f"{out[current]} {line.strip()}"  # a continuation line
+    return out
 
 
 def _cursor_origins(func, asset_name: str, cursors: Mapping[str, Any], from_config, cfg) -> dict[str, str]:
@@ -358,9 +389,11 @@ def _parse_column_hints(columns: Mapping[str, Any], where: str) -> tuple[str | N
     for column, hints in columns.items():
         if not isinstance(hints, Mapping):
             raise IncrementalConfigError(f"{where}.{column}: expected a table of hints, got {hints!r}")
-        unknown = set(hints) - {"hard_delete", "dedup_sort"}
+        unknown = set(hints) - {"hard_delete", "dedup_sort", "description"}
         if unknown:
-            raise IncrementalConfigError(f"{where}.{column}: unknown hints {sorted(unknown)}; allowed: hard_delete, dedup_sort")
+            raise IncrementalConfigError(
+                f"{where}.{column}: unknown hints {sorted(unknown)}; allowed: hard_delete, dedup_sort, description"
+            )
         if hints.get("hard_delete"):
             if hard_delete is not None:
                 raise IncrementalConfigError(f"{where}: only one hard_delete column is allowed ({hard_delete!r}, {column!r})")
@@ -626,6 +659,7 @@ class _Runner:
             check_stale=plan.mode == "incremental",
             expected_snapshot_id=table_snapshot,
             deduplicated=staged.deduplicated,
+            column_descriptions=self.settings.column_descriptions,
         )
         run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
         if context.has_partition_key or context.has_partition_key_range:

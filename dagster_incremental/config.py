@@ -539,7 +539,7 @@ class _WriteDisposition(_Table):
 
 class _ColumnHints(_Table):
     hint = 'use a table of column -> hints, e.g. {is_deleted = {hard_delete = true}}'
-    fields = {"hard_delete": _Bool(), "dedup_sort": _Enum("asc", "desc")}
+    fields = {"hard_delete": _Bool(), "dedup_sort": _Enum("asc", "desc"), "description": _Str()}
 
     def check(self, value: Any, section: tuple[str, ...], key: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(value, Mapping):

@@ -246,7 +246,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
             # No rows and the table already holds this cursor (or there is no table and
             # nothing to create): a commit would change nothing, and Spark is not needed.
-            context.add_output_metadata(_result_metadata(obj.spec.table, self._unchanged(obj.spec.table)))
+            context.add_output_metadata(
+                _result_metadata(obj.spec.table, self._unchanged(obj.spec.table), obj.column_descriptions)
+            )
             return
         result = self.writer.write(
             obj.spec,
@@ -257,7 +259,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             run_started_at=obj.run_started_at,
             deduplicated=obj.deduplicated,
         )
-        context.add_output_metadata(_result_metadata(obj.spec.table, result))
+        context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
         self._compact_if_needed(context, obj.spec.table, result)
 
     def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
@@ -350,14 +352,14 @@ def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
     return resumable(batch.commit.state) == resumable(current.state)
 
 
-def _result_metadata(table: str, result: WriteResult) -> dict[str, Any]:
+def _result_metadata(table: str, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         md.ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
         md.ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),
         md.ROWS_DELETED: dg.MetadataValue.int(result.rows_deleted),
         md.ROW_COUNT: dg.MetadataValue.int(result.row_count),
         md.TABLE_NAME: dg.MetadataValue.text(table.replace("`", "")),
-        md.COLUMN_SCHEMA: dg.MetadataValue.table_schema(md.table_schema(result.schema)),
+        md.COLUMN_SCHEMA: dg.MetadataValue.table_schema(md.table_schema(result.schema, descriptions)),
     }
 
 

@@ -50,8 +50,9 @@ def json_value(value: Any):
     return dg.MetadataValue.text(json.dumps(safe))
 
 
-def table_schema(columns: Sequence[tuple[str, str]]):
-    """Dagster's standard column schema from (name, type) pairs."""
+def table_schema(columns: Sequence[tuple[str, str]], descriptions: Mapping[str, str] | None = None):
+    """Dagster's standard column schema from (name, type) pairs, with the columns' descriptions."""
     import dagster as dg
 
-    return dg.TableSchema(columns=[dg.TableColumn(name=n, type=t) for n, t in columns])
+    described = descriptions or {}
+    return dg.TableSchema(columns=[dg.TableColumn(name=n, type=t, description=described.get(n)) for n, t in columns])

@@ -101,3 +101,4 @@ class IncrementalBatch:
     expected_snapshot_id: int | None = None
     # `data` is already one row per primary key (deduplicated in Arrow by local_batch).
     deduplicated: bool = False
+    column_descriptions: Mapping[str, str] = field(default_factory=dict)  # for the column schema

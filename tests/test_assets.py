@@ -527,3 +527,26 @@ def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, 
     assert [r["v"] for r in table_rows(spark, io_manager, "orders_mor")] == ["a", "b", "a", "a"]
     again = run(orders_mor, instance, io_manager)  # the cursor continues after the compaction commit
     assert materialization(again)["dagster_incremental/rows_inserted"].value == 0
+
+
+def test_columns_carry_descriptions_from_hints_and_the_docstring(spark, instance, io_manager, config_file):
+    @incremental_asset(config_path=config_file, columns={"amount": {"description": "Total in EUR, VAT included"}})
+    def described(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        """Orders of the shop.
+
+        Columns:
+            id: The order number.
+            amount: overridden by the column hint.
+            updated_at: When the order last changed,
+                in UTC.
+        """
+        yield [{"id": 1, "amount": 2.5, "updated_at": iso(2), "note": "x"}]
+
+    result = run(described, instance, io_manager)
+    columns = {c.name: c.description for c in materialization(result)["dagster/column_schema"].value.columns}
+    assert columns == {
+        "id": "The order number.",
+        "amount": "Total in EUR, VAT included",
+        "updated_at": "When the order last changed, in UTC.",
+        "note": None,
+    }

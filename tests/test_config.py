@@ -716,3 +716,11 @@ def test_where_renders_the_location_for_later_errors(tmp_path):
     assert cfg.where("dailyevents", "eventtime") == f"{file}: [assets.dailyEvents.eventTime] (at line 18)"
     assert cfg.where("orders", key="primary_key") == f"{file}: [assets.orders] primary_key (at line 11)"
     assert cfg.where("unknown", "arg", "lag") == f"{file}: [assets.unknown.arg] lag"
+
+
+def test_a_column_description_must_be_text(tmp_path):
+    err = error(tmp_path, """
+        [assets.orders]
+        columns = { amount = { description = 3 } }
+    """)
+    assert "[assets.orders] columns.amount.description = 3 is an integer; use a non-empty string (at line 3)" in str(err)
