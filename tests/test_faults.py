@@ -124,7 +124,10 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from pyspark.sql.readwriter import DataFrameWriterV2
 
+        from dagster_incremental.local_append import LocalAppend
+
         monkeypatch.setattr(table_writer._IcebergDialect, "run_committing", refuse_statement)
+        monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
     elif point == "after-commit":
