@@ -58,7 +58,7 @@ def archive_options(jars: Sequence[str]) -> list[str]:
         return []
     key = archive_key(jars)
     final = folder / f"{key}.jsa"
-    if final.is_file() or _adopt_recording(folder, key, final):
+    if _adopt_recording(folder, key, final):
         return [f"-XX:SharedArchiveFile={final}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
     recording = folder / f"{key}.{os.getpid()}.recording"
     return [f"-XX:ArchiveClassesAtExit={recording}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -85,17 +85,18 @@ def archive_key(jars: Sequence[str]) -> str:
 
 
 def _adopt_recording(folder: Path, key: str, final: Path) -> bool:
-    """Rename a finished recording (its process has exited) into place: atomic, and only once."""
+    """Rename a finished recording (its process has exited) into place: atomic, and only once.
+    Recordings of exited processes that lost the race, or were cut short, are removed."""
     for recording in folder.glob(f"{key}.*.recording"):
         pid = recording.name.split(".")[1]
         if pid.isdigit() and _alive(int(pid)):
             continue  # still running: the archive is written when it exits
-        if _complete(recording):
+        if not final.is_file() and _complete(recording):
             try:
                 os.replace(recording, final)
-                return True
-            except OSError:
                 continue
+            except OSError:
+                pass
         recording.unlink(missing_ok=True)
     return final.is_file()
 
