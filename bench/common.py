@@ -39,6 +39,8 @@ def spark_extra_conf(master: str = "local[*]", shuffle_partitions: int = 4) -> d
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.driver.memory": os.environ.get("BENCH_DRIVER_MEMORY", "4g"),
+        # e.g. "-XX:TieredStopAtLevel=4" to compare the full JIT with the library's C1 default
+        **({"spark.driver.extraJavaOptions": os.environ["BENCH_JAVA_OPTIONS"]} if os.environ.get("BENCH_JAVA_OPTIONS") else {}),
     }
 
 

@@ -324,8 +324,10 @@ class TableWriter:
         case_sensitive = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
 
         exists = self._refreshed(spec.table)
+        local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
         if is_local(batch):
             batch = local_rows(batch)
+            local_count = batch.num_rows if deduplicated else None
             if window is None and not full_refresh and _appends_only(spec, exists, deduplicated, batch):
                 result = self._append_local(dialect, spec, batch, props, commit_id, case_sensitive)
                 if result is not None:
@@ -399,7 +401,7 @@ class TableWriter:
                 frame.writeTo(spec.table).options(**dialect.writer_options(props)).overwrite(F.lit(True))
             return self._result(spec, commit_id, props, kind="summary")
         if spec.disposition == "merge":
-            return self._merge(dialect, spec, aligned, table_schema, props, commit_id, started)
+            return self._merge(dialect, spec, aligned, table_schema, props, commit_id, started, local_count)
         raise IncrementalConfigError(
             f"table {spec.table}: unknown write disposition {spec.disposition!r}; "
             "use append, replace or merge."
@@ -416,6 +418,7 @@ class TableWriter:
         props: Mapping[str, str],
         commit_id: str,
         started: datetime,
+        local_count: int | None = None,
     ) -> WriteResult:
         """merge_strategies' ONE MERGE, its ON condition narrowed by the batch's partition bounds
         (only on partition columns where that is sound: see prunable_partition_by)."""
@@ -433,7 +436,7 @@ class TableWriter:
                 prune=prune,
             )
             by_keys = _counted_by_keys(spec)
-            batch_rows = _batch_rows(aligned, spec) if by_keys else None
+            batch_rows = _batch_rows(aligned, spec, local_count) if by_keys else None
             with conflicts_as_concurrent_run(spec.table):
                 dialect.run_committing(spark, props, lambda: spark.sql(text, args=dict(args)))
         finally:
@@ -856,10 +859,11 @@ def _tombstone(frame: DataFrame) -> Any:
     return F.col(quote(DELETED)) if DELETED in frame.columns else F.lit(False)
 
 
-def _batch_rows(aligned: DataFrame, spec: WriteSpec) -> _BatchRows:
-    """One aggregate over the prepared batch (materialised or local: cheap to read again)."""
+def _batch_rows(aligned: DataFrame, spec: WriteSpec, known_rows: int | None = None) -> _BatchRows:
+    """One aggregate over the prepared batch (materialised or local: cheap to read again);
+    none when the rows were local and there are no tombstones to tell apart."""
     if not spec.hard_delete_column:
-        return _BatchRows(rows=aligned.count(), tombstones=0)
+        return _BatchRows(rows=aligned.count() if known_rows is None else known_rows, tombstones=0)
     dead = _tombstone(aligned).cast("long")
     row = aligned.agg(F.count(F.lit(1)).alias("n"), F.sum(dead).alias("dead")).collect()[0]
     tombstones = int(row.dead or 0)

@@ -48,7 +48,16 @@ def current_properties(spark):
     return dict(spark.sparkContext._jvm.org.apache.iceberg.spark.CommitMetadata.commitProperties())
 
 
-def test_sql_statement_commit_carries_properties(spark, table):
+@pytest.fixture(params=["pinned-thread", "callback"])
+def scope_mechanism(request, monkeypatch):
+    """Both ways of scoping commit properties: this thread's JVM ThreadLocal set directly
+    (pinned threads, the default) and Iceberg's withCommitProperties callback."""
+    if request.param == "callback":
+        monkeypatch.setattr("dagster_incremental.commit._pinned_properties_slot", lambda spark: None)
+    return request.param
+
+
+def test_sql_statement_commit_carries_properties(spark, table, scope_mechanism):
     """A SQL MERGE commits the cursor; the JVM scope is cleaned up afterwards."""
     spark.sql(f"INSERT INTO {table} VALUES (1, 'a')")
     spark.createDataFrame([(1, "b"), (2, "c")], "id bigint, v string").createOrReplaceTempView("commit_src")
@@ -68,7 +77,7 @@ def test_sql_statement_commit_carries_properties(spark, table):
     assert sorted(tuple(r) for r in spark.table(table).collect()) == [(1, "b"), (2, "c")]
 
 
-def test_errors_keep_their_type_and_nothing_is_committed(spark, table):
+def test_errors_keep_their_type_and_nothing_is_committed(spark, table, scope_mechanism):
     with pytest.raises(AnalysisException, match="UNRESOLVED_COLUMN"):
         with_commit_properties(spark, {"k": "v"}, lambda: spark.sql(f"INSERT INTO {table} SELECT nope, 'x'"))
     with pytest.raises(KeyError):
@@ -77,7 +86,7 @@ def test_errors_keep_their_type_and_nothing_is_committed(spark, table):
     assert current_properties(spark) == {}
 
 
-def test_nested_scopes(spark, table):
+def test_nested_scopes(spark, table, scope_mechanism):
     """Same properties nest (one scope); different ones refuse instead of losing the cursor."""
     def inner_same():
         return with_commit_properties(spark, {"k": "1"}, lambda: spark.sql(f"INSERT INTO {table} VALUES (1, 'x')"))
@@ -93,7 +102,7 @@ def test_nested_scopes(spark, table):
     assert current_properties(spark) == {}
 
 
-def test_threads_commit_their_own_properties(spark, table):
+def test_threads_commit_their_own_properties(spark, table, scope_mechanism):
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
