@@ -98,25 +98,20 @@ def _kind(obj: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Staged:
-    """The staged batch: local rows as ONE Arrow table and/or lazy pyspark frames.
+    """The staged batch: local rows (Arrow, spilled to disk when large) and/or lazy pyspark frames.
 
     Local rows stay in Arrow until the writer decides how to write them: the table writer can
     append them without a Spark job, and only converts them when Spark must read them (a MERGE).
-    `deduplicated`: local_batch already reduced them to one row per primary key.
+    `deduplicated`: local_batch already decided one row per primary key.
     """
 
     local: LocalRows | None = None
     frames: tuple[Any, ...] = ()
     deduplicated: bool = False
 
-    @property
-    def is_empty(self) -> bool:
-        """No rows and no schema at all (the function produced nothing)."""
-        return self.local is None and not self.frames
-
     def data(self, spark_provider: Any) -> Any:
-        """What the writer takes: the Arrow table when all rows are local, else one pyspark
-        frame (`spark_provider()` is only called then: a local batch needs no Spark session)."""
+        """What the writer takes: the LocalRows when all rows are local, else one pyspark frame
+        (`spark_provider()` is only called then: a local batch needs no Spark session)."""
         if not self.frames:
             return self.local
         frames = list(self.frames)
@@ -189,16 +184,26 @@ def _page_as_arrow(page: list[dict]) -> Any:
     import pyarrow as pa
 
     try:
-        return pa.Table.from_pylist(page)
+        return rows_to_arrow(page)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return page
+
+
+def rows_to_arrow(page: list[dict]):
+    """Dict rows as an Arrow table with every column any row has. (`Table.from_pylist` takes
+    the columns of the first row only: an optional field missing there would vanish.)"""
+    import pyarrow as pa
+
+    if not page:
+        return pa.table({})
+    return pa.Table.from_struct_array(pa.array(page))
 
 
 def _page_to_arrow(page: list[dict], asset: str):
     import pyarrow as pa
 
     try:
-        return pa.Table.from_pylist(page)
+        return rows_to_arrow(page)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         column = _conflicting_column(page)
         if column is None:

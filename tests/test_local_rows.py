@@ -67,3 +67,21 @@ def test_the_prepare_step_runs_once_per_kept_chunk_and_spill_files_are_removed()
     assert folder is not None and any(folder.iterdir())
     rows.close()
     assert not folder.exists()
+
+
+def test_a_column_missing_from_a_pages_first_row_is_kept():
+    """Optional fields: Arrow's from_pylist would take the first row's columns only."""
+    from types import SimpleNamespace
+
+    from dagster_incremental.incremental import incremental
+    from dagster_incremental.staging import stage_batches
+    from dagster_incremental.write_spec import WriteSpec
+
+    page = [{"id": 1, "at": 1}, {"id": 2, "at": 2, "note": "late field"}, {"id": 3, "at": 3, "extra": 1.5}]
+    for runs in ({}, {"at": incremental("at", initial_value=0).bind(None)}):
+        staged = stage_batches([page], runs, SimpleNamespace(name="orders"), WriteSpec(table="`l`.`n`.`t`"))
+        assert staged.local.table().to_pylist() == [
+            {"id": 1, "at": 1, "note": None, "extra": None},
+            {"id": 2, "at": 2, "note": "late field", "extra": None},
+            {"id": 3, "at": 3, "note": None, "extra": 1.5},
+        ]
