@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from dagster_incremental.table_metadata import cursor_of
 from dagster_incremental.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -301,16 +302,9 @@ def _walk_lineage(iceberg: Any, scope: str | None) -> CommittedState | None:
     iceberg.refresh()
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
-        summary = snapshot.summary()
-        state = summary.get(STATE_PROPERTY)
-        if state is not None and (scope is None or summary.get(SCOPE_PROPERTY) == scope):
-            return CommittedState(
-                state=json.loads(state),
-                run_id=summary.get(RUN_ID_PROPERTY),
-                scope=summary.get(SCOPE_PROPERTY),
-                snapshot_id=snapshot.snapshotId(),
-                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
-            )
+        fields = cursor_of(dict(snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
+        if fields is not None:
+            return CommittedState(*fields)
         parent = snapshot.parentId()
         snapshot = iceberg.snapshot(parent) if parent is not None else None
     return None

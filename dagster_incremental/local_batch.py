@@ -94,6 +94,8 @@ def survivors(table: pa.Table, spec: WriteSpec) -> np.ndarray | None:
         column = ordered[name].combine_chunks()
         differs = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
         first_of_key[1:] |= differs.to_numpy(zero_copy_only=False)
+    if first_of_key.all():
+        return None  # every key once after all
     # Back to arrival order: the batch keeps the order the source gave (as the Spark path does).
     keep = np.zeros(table.num_rows, dtype=bool)
     keep[order.to_numpy()[first_of_key]] = True
@@ -101,6 +103,13 @@ def survivors(table: pa.Table, spec: WriteSpec) -> np.ndarray | None:
 
 
 def _unique(table: pa.Table, keys: list[str]) -> bool:
-    if len(keys) == 1:
-        return pc.count_distinct(table[keys[0]]).as_py() == table.num_rows
-    return table.group_by(keys).aggregate([]).num_rows == table.num_rows
+    """Whether no key value repeats, in little memory (a hash set of 10M keys costs ~1 GB): one
+    integer key is checked ascending (a first load's ids usually are), else sorted; other keys
+    answer False and the sort in `survivors` decides."""
+    if len(keys) != 1 or not pa.types.is_integer(table[keys[0]].type):
+        return False
+    values = table[keys[0]].to_numpy()
+    if np.all(values[1:] > values[:-1]):
+        return True
+    values = np.sort(values)
+    return not np.any(values[1:] == values[:-1])

@@ -102,7 +102,8 @@ class LocalRows:
         memory: the whole table (no copy), so error messages can show whole rows."""
         if self._memory is not None:
             return self._memory
-        return pa.concat_tables([self._conform(chunk.select(names), self.schema) for chunk in self._stored()])
+        wanted = pa.schema([self.schema.field(name) for name in names])
+        return pa.concat_tables([self._conform(self._select(chunk, names), wanted) for chunk in self._stored(names)])
 
     def chunks(self) -> Iterator[pa.Table]:
         """The surviving rows, chunk by chunk, each in `schema`."""
@@ -123,13 +124,26 @@ class LocalRows:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
 
-    def _stored(self) -> Iterator[pa.Table]:
+    def _stored(self, names: list[str] | None = None) -> Iterator[pa.Table]:
+        """The kept chunks as stored (only the columns `names` of spilled ones, when given)."""
         if self._memory is not None:
             yield self._memory
             return
         for path, _ in self._files:
             with pa.OSFile(str(path), "rb") as source:
-                yield pa.ipc.open_file(source).read_all()
+                reader = pa.ipc.open_file(source)
+                if names is None:
+                    yield reader.read_all()
+                    continue
+                present = [n for n in names if n in reader.schema.names]
+                yield pa.Table.from_batches(
+                    [reader.get_batch(i).select(present) for i in range(reader.num_record_batches)],
+                    schema=pa.schema([reader.schema.field(n) for n in present]),
+                )
+
+    @staticmethod
+    def _select(chunk: pa.Table, names: list[str]) -> pa.Table:
+        return chunk.select([n for n in names if n in chunk.column_names])
 
     @staticmethod
     def _conform(chunk: pa.Table, schema: pa.Schema) -> pa.Table:

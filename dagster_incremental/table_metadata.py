@@ -274,16 +274,9 @@ class TableMetadata:
         """What commit._walk_lineage returns: the newest snapshot of the lineage carrying a
         cursor (of `scope`, when given); None: no such commit."""
         for snapshot in self.lineage():
-            summary = _summary(snapshot)
-            state = summary.get(STATE_PROPERTY)
-            if state is not None and (scope is None or summary.get(SCOPE_PROPERTY) == scope):
-                return CursorFields(
-                    state=json.loads(state),
-                    run_id=summary.get(RUN_ID_PROPERTY),
-                    scope=summary.get(SCOPE_PROPERTY),
-                    snapshot_id=snapshot["snapshot-id"],
-                    committed_at=datetime.fromtimestamp(snapshot["timestamp-ms"] / 1000, tz=timezone.utc),
-                )
+            fields = cursor_of(_summary(snapshot), snapshot["snapshot-id"], snapshot["timestamp-ms"], scope)
+            if fields is not None:
+                return fields
         return None
 
     def current_summary(self) -> tuple[int | None, dict[str, str]]:
@@ -373,6 +366,21 @@ def spark_schema(table_dir: str | os.PathLike[str]) -> tuple[tuple[str, str], ..
     """((column, Spark simpleString), ...) of the current schema; None: ask Spark."""
     metadata = read_metadata(table_dir)
     return metadata.spark_schema() if metadata is not None else None
+
+
+def cursor_of(summary: Mapping[str, str], snapshot_id: int, timestamp_ms: int, scope: str | None) -> CursorFields | None:
+    """The cursor a snapshot carries (of `scope`, when given), else None: one reading of the
+    commit properties for the file reader here and the JVM reader in commit.py."""
+    state = summary.get(STATE_PROPERTY)
+    if state is None or (scope is not None and summary.get(SCOPE_PROPERTY) != scope):
+        return None
+    return CursorFields(
+        state=json.loads(state),
+        run_id=summary.get(RUN_ID_PROPERTY),
+        scope=summary.get(SCOPE_PROPERTY),
+        snapshot_id=snapshot_id,
+        committed_at=datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc),
+    )
 
 
 def live_row_count(summary: Mapping[str, str]) -> int | None:

@@ -73,22 +73,30 @@ def two_cli_runs(env):
     sys.path.insert(0, str(ROOT))
     from definitions.sources import shop_db, shop_db_path
 
-    dagster_cli(env, "asset", "materialize", "-m", "definitions", "--select", "orders")
+    first = dagster_cli(env, "asset", "materialize", "-m", "definitions", "--select", "orders")
     db = shop_db_path(env["DAGSTER_INCREMENTAL_EXAMPLE_DATA"])
     step = shop_db.simulate_step(db, seed=99)
-    dagster_cli(env, "asset", "materialize", "-m", "definitions", "--select", "orders")
-    return step
+    second = dagster_cli(env, "asset", "materialize", "-m", "definitions", "--select", "orders")
+    return step, [first.stdout + first.stderr, second.stdout + second.stderr]
+
+
+def test_spark_keeps_quiet_in_a_runs_output(two_cli_runs):
+    """No start-up warnings, no [Stage N:> progress bars: a run's log shows the run."""
+    for output in two_cli_runs[1]:
+        assert "Setting default log level" not in output and "[Stage " not in output
+        assert not [line for line in output.splitlines() if " WARN " in line and "dagster" not in line.lower()]
 
 
 def test_cursor_advances_across_cli_processes(env, two_cli_runs):
+    step = two_cli_runs[0]
     first, second = orders_states(env)
     assert first["dagster_incremental/mode"] == "incremental"
     assert second["dagster_incremental/state"]["last_value"] > first["dagster_incremental/state"]["last_value"]
     # the second process loaded exactly the simulated changes, nothing from before the cursor
-    assert second["dagster_incremental/rows_inserted"] == len(two_cli_runs.inserted)
-    assert second["dagster_incremental/rows_updated"] == len(two_cli_runs.updated)
-    assert second["dagster_incremental/rows_deleted"] == len(two_cli_runs.soft_deleted)
-    assert second["dagster/row_count"] == first["dagster/row_count"] + len(two_cli_runs.inserted) - len(two_cli_runs.soft_deleted)
+    assert second["dagster_incremental/rows_inserted"] == len(step.inserted)
+    assert second["dagster_incremental/rows_updated"] == len(step.updated)
+    assert second["dagster_incremental/rows_deleted"] == len(step.soft_deleted)
+    assert second["dagster/row_count"] == first["dagster/row_count"] + len(step.inserted) - len(step.soft_deleted)
 
 
 def test_webserver_graphql_serves_the_latest_cursor(env, two_cli_runs):
