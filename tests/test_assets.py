@@ -200,8 +200,10 @@ def test_late_events_of_the_open_day_arrive_with_the_example_lag(spark, instance
 
     example = load_config(Path(__file__).resolve().parents[1] / "config" / "config.toml", environ={})
     lag = example.asset("daily_events").incremental("event_time").get("lag")
-    now = utc_now()
-    today = now.replace(hour=0, minute=0, second=0)
+    # Events up to noon of today's (open) partition, whatever the clock says: just after midnight
+    # the day would hold too few minutes for late events to fall before the cursor.
+    now = utc_now().replace(hour=12, minute=0, second=0, microsecond=0)
+    today = now.replace(hour=0)
     root = tmp_path / "events"
     event_files.write_event_days(root, today.date(), 1, per_day=50, now=now)
     parts = dg.DailyPartitionsDefinition(start_date=(today - timedelta(days=1)).strftime("%Y-%m-%d"), end_offset=1)
