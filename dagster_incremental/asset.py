@@ -1,10 +1,10 @@
 """@incremental_asset: a resource function becomes a Dagster asset with a cursor.
 
-The flow of one run (DESIGN.md): resolve settings (decorator < config.toml < environment < run
+The flow of one run: resolve settings (decorator < config.toml < environment < run
 config), resolve the cursor (Dagster metadata reconciled with the table commit), bind the spec
 (a partition window or an end_value makes it a stateless backfill), call the function, filter
-what it yields, stage it as a Spark DataFrame, and hand it to the IO manager, which writes data
-and cursor in one commit. Settings are resolved once, when the code location loads, so a typo in
+what it yields, stage it (local rows stay Arrow, spilled to disk when large; Spark sources stay
+lazy DataFrames), and hand it to the IO manager, which writes data and cursor in one commit. Settings are resolved once, when the code location loads, so a typo in
 config.toml fails `dagster dev` at once rather than the first run.
 """
 

@@ -3,7 +3,7 @@
 The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
 `.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
 (`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
-Iceberg 1.10.2 (reference/peers.md 3.4):
+Iceberg 1.10.2 (tests/test_commit.py):
 
 - DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
 - SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but

@@ -2,7 +2,7 @@
 
 Like Dagster's own DbIOManager, this class is small: it turns Dagster contexts into a table name,
 a WriteSpec and a window, lets `TableWriter` do the Spark work in one atomic commit, and reports
-what the commit did as materialization metadata (API.md section 4).
+what the commit did as materialization metadata (README: "What you see").
 """
 
 from __future__ import annotations

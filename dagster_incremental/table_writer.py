@@ -461,7 +461,7 @@ class TableWriter:
 
         With `moved_keys` (merge tables with a primary key), target rows OUTSIDE the window whose
         key is among them are deleted too, so a backfill keeps one row per key even when a key's
-        cursor value moved between windows (exactly-once per key, DESIGN.md). Those source rows
+        cursor value moved between windows (exactly-once per key). Those source rows
         only match outside the window, so every target row still matches at most one source row.
 
         Why not `writeTo().overwrite(condition)`: Iceberg refuses it when a data file holds rows
