@@ -603,7 +603,8 @@ class TableWriter:
         case_sensitive: bool,
     ) -> WriteResult | None:
         """Local rows appended by pyarrow + one Iceberg commit (see local_append); None when
-        the table needs the Spark path (then nothing was written)."""
+        the table needs the Spark path (no data committed; the table may have been created,
+        empty, or widened by schema evolution, which the Spark path then finds done)."""
         spark = self.spark
         data_schema = spark_schema_of(batch)
         if not self.table_exists(spec.table):
