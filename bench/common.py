@@ -191,21 +191,21 @@ def ratio(a: float, b: float) -> float | None:
 # the wrapper too.
 
 PHASES = (
-    "dagster_incremental.asset:_Runner._stored_states",
-    "dagster_incremental.staging:stage_batches",
-    "dagster_incremental.staging:_page_to_arrow",
-    "dagster_incremental.staging:arrow_to_spark",
-    "dagster_incremental.boundary_check:drop_rows_already_loaded",
-    "dagster_incremental.io_manager:SparkTableIOManager._refuse_stale_writer",
-    "dagster_incremental.table_writer:TableWriter.write",
-    "dagster_incremental.merge_strategies:prepare_batch",
-    "dagster_incremental.table_writer:TableWriter._merge",
-    "dagster_incremental.partitioning:partition_bounds",
-    "dagster_incremental.commit:with_commit_properties",
-    "dagster_incremental.table_writer:TableWriter._result",
-    "dagster_incremental.table_writer:TableWriter._changed_rows",
-    "dagster_incremental.commit:find_snapshot",
-    "dagster_incremental.commit:read_committed_state",
+    "dagster_incremental.dagster.asset:_Runner._stored_states",
+    "dagster_incremental.spark.staging:stage_batches",
+    "dagster_incremental.spark.staging:_page_to_arrow",
+    "dagster_incremental.spark.staging:arrow_to_spark",
+    "dagster_incremental.spark.boundary_check:drop_rows_already_loaded",
+    "dagster_incremental.dagster.io_manager:SparkTableIOManager._refuse_stale_writer",
+    "dagster_incremental.spark.writer:TableWriter.write",
+    "dagster_incremental.spark.merge.strategies:prepare_batch",
+    "dagster_incremental.spark.writer:TableWriter._merge",
+    "dagster_incremental.spark.partitioning:partition_bounds",
+    "dagster_incremental.spark.commit:with_commit_properties",
+    "dagster_incremental.spark.writer:TableWriter._result",
+    "dagster_incremental.spark.writer:TableWriter._changed_rows",
+    "dagster_incremental.spark.commit:find_snapshot",
+    "dagster_incremental.spark.commit:read_committed_state",
 )
 
 

@@ -93,8 +93,8 @@ def measure(spark, writer, size: int, changes: int, recent_days: int, repeats: i
             layout: str = "correlated", properties: dict | None = None) -> dict:
     from pyspark.sql import types as T
 
-    from dagster_incremental.table_writer import table_name
-    from dagster_incremental.write_spec import CommitInfo, WriteSpec
+    from dagster_incremental.spark.writer import table_name
+    from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
     table = table_name(common.CATALOG, common.NAMESPACE, [f"orders_{size}"])
     props = dict(properties or {})
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = [int(s) for s in args.sizes.split(",")]
     partition_by = [p.strip() for p in args.partition_by.split(";" if ";" in args.partition_by else "|") if p.strip()]
 
-    from dagster_incremental.table_writer import TableWriter, prunable_partition_by
-    from dagster_incremental.write_spec import WriteSpec
+    from dagster_incremental.spark.writer import TableWriter, prunable_partition_by
+    from dagster_incremental.spark.write_spec import WriteSpec
 
     timer = common.instrument()
     with common.workdir("bench_merge_") as wd:

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
     import dagster as dg
 
     from dagster_incremental import Incremental, incremental, incremental_asset
-    from dagster_incremental.table_writer import DEFAULT_TABLE_PROPERTIES, TableWriter, table_name
-    from dagster_incremental.write_spec import CommitInfo, WriteSpec
+    from dagster_incremental.spark.writer import DEFAULT_TABLE_PROPERTIES, TableWriter, table_name
+    from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
     start_s = EPOCH_S + int(args.rows * (1 - args.keep))
     start = dt.datetime.fromtimestamp(start_s, dt.timezone.utc)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
             assert result.success
             return s, spark.table(io.table_name(dg.AssetKey(asset_name))).count()
 
-        timer = common.instrument((*common.PHASES, "dagster_incremental.filter_spark:filter_spark"))
+        timer = common.instrument((*common.PHASES, "dagster_incremental.cursor.spark_filter:filter_spark"))
         phases: dict[str, list[dict]] = {"engine": [], "asset": []}
         times: dict[str, list[float]] = {"plain": [], "engine": [], "asset": []}
         kept_rows: dict[str, int] = {}

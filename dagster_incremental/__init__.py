@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # The pure cursor engine is imported eagerly: importing its submodule would otherwise shadow the
 # lazily exported function `incremental` with the module of the same name.
-from dagster_incremental.incremental import (  # noqa: E402
+from dagster_incremental.cursor.incremental import (  # noqa: E402
     Incremental,
     IncrementalRun,
     IncrementalSpec,
@@ -22,12 +22,12 @@ from dagster_incremental.incremental import (  # noqa: E402
 
 _EXPORTS: dict[str, str] = {
     # config.toml
-    "load_config": "dagster_incremental.config",
-    "ProjectConfig": "dagster_incremental.config",
+    "load_config": "dagster_incremental.settings.config",
+    "ProjectConfig": "dagster_incremental.settings.config",
     # assets, IO manager, sensors (Dagster + Spark)
-    "incremental_asset": "dagster_incremental.asset",
-    "SparkTableIOManager": "dagster_incremental.io_manager",
-    "build_incremental_sensor": "dagster_incremental.sensors",
+    "incremental_asset": "dagster_incremental.dagster.asset",
+    "SparkTableIOManager": "dagster_incremental.dagster.io_manager",
+    "build_incremental_sensor": "dagster_incremental.dagster.sensors",
     # errors
     "IncrementalError": "dagster_incremental.errors",
     "IncrementalConfigError": "dagster_incremental.errors",
@@ -57,8 +57,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, not Any
-    from dagster_incremental.asset import incremental_asset
-    from dagster_incremental.config import ProjectConfig, load_config
+    from dagster_incremental.dagster.asset import incremental_asset
+    from dagster_incremental.settings.config import ProjectConfig, load_config
     from dagster_incremental.errors import (
         ConcurrentRunError,
         CursorPathMissing,
@@ -70,5 +70,5 @@ if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, no
         IncrementalError,
         PrimaryKeyMissing,
     )
-    from dagster_incremental.io_manager import SparkTableIOManager
-    from dagster_incremental.sensors import build_incremental_sensor
+    from dagster_incremental.dagster.io_manager import SparkTableIOManager
+    from dagster_incremental.dagster.sensors import build_incremental_sensor

@@ -13,7 +13,7 @@ from typing import Any
 import dagster as dg
 
 from dagster_incremental import SparkTableIOManager
-from dagster_incremental.write_spec import STATE_PROPERTY
+from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 

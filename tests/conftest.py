@@ -27,7 +27,7 @@ def spark_warehouse():
 @pytest.fixture(scope="session")
 def spark(spark_warehouse):
     """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`."""
-    from dagster_incremental.spark_session import build_spark_session, spark_conf
+    from dagster_incremental.spark.session import build_spark_session, spark_conf
 
     conf = spark_conf(
         master="local[2]",
@@ -56,3 +56,11 @@ def instance():
 
     with dg.instance_for_test() as inst:
         yield inst
+
+
+def pytest_collection_modifyitems(items):
+    """A test that uses the shared session (directly or through a fixture) is a `spark` test, so
+    `pytest -m "not spark"` is the fast suite without anyone having to remember the marker."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)

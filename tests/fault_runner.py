@@ -42,8 +42,7 @@ def main() -> int:
 
     from attack_support import QUIET, source_asset
     from dagster_incremental import SparkTableIOManager
-    from dagster_incremental import table_writer
-
+    from dagster_incremental.spark import writer as table_writer
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
 
     def source():

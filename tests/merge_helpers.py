@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
-from dagster_incremental.merge_strategies import merge_statement, prepare_batch, table_columns
-from dagster_incremental.sql import qualified, quote
-from dagster_incremental.write_spec import Scd2Options, WriteSpec
+from dagster_incremental.spark.merge.strategies import merge_statement, prepare_batch, table_columns
+from dagster_incremental.spark.sql import qualified, quote
+from dagster_incremental.spark.write_spec import Scd2Options, WriteSpec
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 T1 = datetime(2024, 1, 2, tzinfo=timezone.utc)

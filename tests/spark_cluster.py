@@ -335,7 +335,7 @@ def drive(out_path: Path) -> None:
         }
     # Where the work ran: executors besides the driver, the Python that ran on them, and the
     # library's own pandas UDF (boundary dedup keys) evaluated there through Arrow.
-    from dagster_incremental.filter_spark import dedup_key_udf
+    from dagster_incremental.cursor.spark_filter import dedup_key_udf
 
     python_on_executors = sorted(set(sc.parallelize(range(2), 2).map(lambda _: sys.executable).collect()))
     probe = spark.createDataFrame([("e1", 1), ("e2", 2)], "event_id string, n int").repartition(2)

@@ -38,7 +38,8 @@ from attack_support import (
     source_asset,
     write_config,
 )
-from dagster_incremental import SparkTableIOManager, table_writer
+from dagster_incremental import SparkTableIOManager
+from dagster_incremental.spark import writer as table_writer
 
 pytestmark = pytest.mark.spark
 
@@ -124,7 +125,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from pyspark.sql.readwriter import DataFrameWriterV2
 
-        from dagster_incremental.local_append import LocalAppend
+        from dagster_incremental.spark.local_append import LocalAppend
 
         monkeypatch.setattr(table_writer._IcebergDialect, "run_committing", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit

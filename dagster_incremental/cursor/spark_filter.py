@@ -1,0 +1,298 @@
+"""The filter_core decision as lazy pyspark Column expressions (the only engine module with Spark).
+
+Why: a Spark DataFrame must never be collected to the driver to be filtered. The kept rows are a
+lazy `where(...)`; the new last_value, the NULL / bad-value checks and the out-of-range flags come
+from ONE aggregate; the boundary keys of the new max from one small job (limit cap+1). Boundary
+dedup at the start value splits the frame into the rows at the start value (keyed by a pandas_udf
+running the SAME Python key function as every other input kind) and the rest, then unions them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dagster_incremental.cursor import boundary as _boundary
+from dagster_incremental.cursor import values as cv
+from dagster_incremental.cursor.boundary import CONTENT, _short, row_dedup_key
+from dagster_incremental.errors import CursorPathMissing, IncrementalConfigError, PrimaryKeyMissing
+from dagster_incremental.cursor.decide import Cursor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import Column, DataFrame
+
+    from dagster_incremental.cursor.incremental import IncrementalRun
+
+
+def _field(df: DataFrame, parts: tuple[Any, ...]) -> tuple[Column, Any] | None:
+    """The cursor column and its Spark type, following struct fields; None when missing."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    name = parts[0]
+    fields = {f.name: f for f in df.schema.fields}
+    if name not in fields:
+        return None
+    col = F.col(f"`{name}`")
+    dtype = fields[name].dataType
+    for part in parts[1:]:
+        if isinstance(part, int) or not isinstance(dtype, T.StructType):
+            raise IncrementalConfigError(
+                f"cursor_path {'.'.join(map(str, parts))!r}: a Spark frame supports a column or struct "
+                f"fields, not list indices (column {name!r} is {dtype.simpleString()})."
+            )
+        sub = {f.name: f for f in dtype.fields}
+        if part not in sub:
+            return None
+        col = col.getField(part)
+        dtype = sub[part].dataType
+    return col, dtype
+
+
+def _detect(dtype: Any, df: DataFrame, col: Column) -> str | None:
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        return "timestamp"
+    if isinstance(dtype, T.DateType):
+        return "date"
+    if isinstance(dtype, T.NumericType):
+        return "number"
+    if isinstance(dtype, T.StringType):
+        first = df.where(col.isNotNull()).select(col.alias("v")).limit(1).collect()
+        return cv.detect_type(first[0]["v"]) if first else None
+    return None
+
+
+def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
+    """The key (see cursor_values) as a Spark expression; None when the column can't be one."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if ctype in cv.TEMPORAL_TYPES:
+        if isinstance(dtype, T.TimestampType):
+            return F.unix_micros(col)
+        if isinstance(dtype, T.TimestampNTZType):
+            # NTZ means UTC wall time; the session runs in UTC (spark_session sets it).
+            return F.unix_micros(col.cast("timestamp"))
+        if isinstance(dtype, T.DateType):
+            return F.unix_date(col).cast("long") * F.lit(86_400_000_000)
+        if isinstance(dtype, T.StringType):
+            return F.unix_micros(F.to_timestamp(col))
+        if ctype in ("epoch_seconds", "epoch_millis") and isinstance(dtype, T.NumericType):
+            unit = 1_000_000 if ctype == "epoch_seconds" else 1_000
+            if isinstance(dtype, T.IntegralType):
+                return col.cast("long") * F.lit(unit)
+            return F.round(col.cast("double") * F.lit(float(unit))).cast("long")
+        return None
+    if ctype == "number":
+        if isinstance(dtype, T.IntegralType):
+            return col.cast("long")
+        if isinstance(dtype, T.NumericType):
+            return col.cast("double")
+        return None
+    if ctype == "string":
+        return col if isinstance(dtype, T.StringType) else None
+    return None
+
+
+def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
+    """A pandas_udf over struct(columns) returning each row's dedup key (boundary.row_dedup_key)."""
+    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql.functions import pandas_udf
+
+    from dagster_incremental.cursor.boundary import row_dedup_key
+
+    def _keys(frame):
+        frame = frame.copy()
+        for name in frame.columns:
+            s = frame[name]
+            if pd.api.types.is_datetime64_dtype(s) and getattr(s.dt, "tz", None) is None:
+                frame[name] = s.dt.tz_localize(session_tz)  # Spark hands naive session-zone values
+        try:
+            rows = pa.Table.from_pandas(frame, preserve_index=False).to_pylist()
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            rows = frame.to_dict("records")
+        return pd.Series([row_dedup_key(r, dedup_key) for r in rows])
+
+    from pyspark.sql import functions as F
+
+    # real classes, not strings: this module uses `from __future__ import annotations`
+    _keys.__annotations__ = {"frame": pd.DataFrame, "return": pd.Series}
+    udf = pandas_udf(_keys, "string")
+    return udf(F.struct(*[F.col(f"`{c}`") for c in columns]))
+
+
+def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
+    """run.filter for a pyspark DataFrame: a lazy filtered frame; the run's cursor advances."""
+    from pyspark.sql import functions as F
+
+    spec = run.spec
+    if spec.is_callable:
+        raise IncrementalConfigError(
+            "A callable last_value_func cannot filter a pyspark DataFrame (it would need every row "
+            "on the driver): use last_value_func='max' or 'min', or give dict rows / Arrow tables."
+        )
+    path = spec.path
+    if path.is_whole_row:
+        raise IncrementalConfigError(f"cursor_path {spec.cursor_path!r}: a Spark frame needs a column.")
+    policy = spec.on_cursor_value_missing
+    found = _field(df, path.parts)
+    if found is None:
+        if policy == "raise":
+            first = df.limit(1).collect()
+            if first:
+                raise CursorPathMissing(
+                    f"cursor_path {spec.cursor_path!r}: the Spark frame has no column "
+                    f"{path.column!r} (columns: {df.columns}); a row: {_short(first[0].asDict())}. Fix "
+                    "the data, or set on_cursor_value_missing='include' / 'exclude'."
+                )
+            return df
+        return df if policy == "include" else df.where(F.lit(False))
+    from pyspark.sql import types as T
+
+    col, dtype = found
+    detected = _detect(dtype, df, col) if run.cursor_type in (None, "date") else None
+    ctype = run.cursor_type
+    if detected is not None and (ctype is None or (ctype == "date" and detected == "timestamp")):
+        # the type is adopted by the run only once a non-NULL value is seen (below), so an
+        # empty frame leaves the same state as empty dict rows
+        ctype = detected if ctype is None or not run._type_explicit else ctype
+    if ctype is None or isinstance(dtype, T.NullType):  # only NULL cursors
+        key = F.lit(None).cast("long" if ctype in (None, *cv.TEMPORAL_TYPES) else "double")
+        if ctype == "string":
+            key = F.lit(None).cast("string")
+    else:
+        key = _key_expr(col, dtype, ctype)
+        if key is None:
+            if detected is not None:
+                run._adopt_type(detected, None, "the Spark frame")
+            sample = df.where(col.isNotNull()).limit(1).collect()
+            value = sample[0][path.column] if sample else None
+            raise run._type_error(
+                value,
+                sample[0].asDict() if sample else None,
+                "the Spark frame",
+                f"a {dtype.simpleString()} column is not a {ctype} column",
+            )
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        key = F.when(~F.isnan(col), key)
+    mx = spec.direction == "max"
+    valid = key.isNotNull()
+    end_ok = F.lit(True)
+    start_ok = F.lit(True)
+    if run.end_key is not None:
+        end = F.lit(run.end_key)
+        if mx:
+            end_ok = (key <= end) if run.end_closed else (key < end)
+        else:
+            end_ok = (key >= end) if run.end_closed else (key > end)
+    if run.start_key is not None:
+        start = F.lit(run.start_key)
+        if mx:
+            start_ok = (key >= start) if run.start_closed else (key > start)
+        else:
+            start_ok = (key <= start) if run.start_closed else (key < start)
+    in_range = valid & end_ok & start_ok
+    is_null = col.isNull()
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        is_null = is_null | F.isnan(col)  # NaN = NULL, as for every other kind
+    bad = ~is_null & key.isNull()
+    agg = F.max if mx else F.min
+    row = df.select(
+        agg(F.when(in_range, key)).alias("ext"),
+        F.sum(F.when(is_null, 1).otherwise(0)).alias("nulls"),
+        F.sum(F.when(bad, 1).otherwise(0)).alias("bad"),
+        F.max(F.when(valid & end_ok & ~start_ok, 1).otherwise(0)).alias("below"),
+        F.max(F.when(valid & ~end_ok, 1).otherwise(0)).alias("beyond"),
+        F.count(col).alias("values"),
+    ).collect()[0]
+    if row["values"] and detected is not None:
+        run._adopt_type(detected, None, "the Spark frame")
+    if row["bad"]:
+        sample = df.where(bad).limit(1).collect()[0]
+        value = _get(sample.asDict(recursive=True), path.parts)
+        raise run._type_error(
+            value, sample.asDict(), "the Spark frame", "it is not an ISO-8601 date or timestamp"
+        )
+    if row["nulls"] and policy == "raise":
+        sample = df.where(is_null).limit(1).collect()[0].asDict()
+        raise run._missing_error(sample, False, f"a row of the Spark frame (column {path.column!r})")
+
+    dedup_cols = _dedup_columns(run, df)
+    tz = df.sparkSession.conf.get("spark.sql.session.timeZone", "UTC") or "UTC"
+    cursor = run._cursor
+    last, boundary = cursor.last, cursor.boundary
+    ext = row["ext"]
+    if ext is not None:
+        if last is None or (ext > last if mx else ext < last):
+            last = ext
+        if run._dedup and boundary is not None and ext == last:
+            # one small bounded job; keys by the same Python function as every other kind
+            at_max = df.where(in_range & (key == F.lit(ext))).select(*[F.col(f"`{c}`") for c in dedup_cols])
+            rows = at_max.limit(_boundary.BOUNDARY_KEY_LIMIT + 1).collect()
+            keys_fn = lambda: [row_dedup_key(python_row(r, at_max.schema), run.dedup_key) for r in rows]  # noqa: E731
+            boundary = boundary.observe(ext, len(rows), keys_fn, spec.direction)
+    run._advance(Cursor(last, boundary), bool(row["below"]), bool(row["beyond"]))
+
+    if not run.is_backfill:
+        # Pin the range to the last_value just computed: a live source may grow before the frame
+        # is written, and rows beyond the stored last_value belong to the next run.
+        if last is None:
+            in_range = F.lit(False)
+        else:
+            in_range = in_range & ((key <= F.lit(last)) if mx else (key >= F.lit(last)))
+    keep_nulls = is_null if policy == "include" else F.lit(False)
+    start_set = run._start_set
+    if start_set is None or not start_set.keys or run.start_key is None or not run.start_closed:
+        return df.where(in_range | keep_nulls)
+    at_start = in_range & (key == F.lit(run.start_key))
+    rest = df.where((in_range & ~at_start) | keep_nulls)
+    boundary_rows = df.where(at_start)
+    keyed = boundary_rows.where(~dedup_key_udf(dedup_cols, run.dedup_key, tz).isin(sorted(start_set.keys)))
+    return rest.unionByName(keyed)
+
+
+def python_row(row: Any, schema: Any) -> dict[str, Any]:
+    """A collected Row as the values Arrow would give: TimestampType values (which collect()
+    renders as naive datetimes in the driver's local zone) become aware UTC datetimes."""
+    return {f.name: _python_value(row[i], f.dataType) for i, f in enumerate(schema.fields)}
+
+
+def _python_value(value: Any, dtype: Any) -> Any:
+    import datetime as dt
+
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(dtype, T.TimestampType) and isinstance(value, dt.datetime):
+        return value.astimezone(dt.timezone.utc)
+    if isinstance(dtype, T.StructType):
+        return python_row(value, dtype)
+    if isinstance(dtype, T.ArrayType):
+        return [_python_value(v, dtype.elementType) for v in value]
+    if isinstance(dtype, T.MapType):
+        return {k: _python_value(v, dtype.valueType) for k, v in value.items()}
+    return value
+
+
+def _dedup_columns(run: IncrementalRun, df: DataFrame) -> list[str]:
+    if not run._dedup:
+        return list(df.columns)
+    if run.dedup_key == CONTENT:
+        return list(df.columns)
+    missing = [c for c in run.dedup_key if c not in df.columns]
+    if missing:
+        raise PrimaryKeyMissing(
+            f"The dedup key column(s) {missing} (primary_key {list(run.dedup_key)}) are missing in the "
+            f"Spark frame (columns: {df.columns}). Add them, or set primary_key=() to disable boundary dedup."
+        )
+    return list(run.dedup_key)
+
+
+def _get(row: dict, parts: tuple[Any, ...]) -> Any:
+    value: Any = row
+    for p in parts:
+        value = value.get(p) if isinstance(value, dict) else None
+    return value

@@ -1,0 +1,1 @@
+"""The Dagster side: the decorator, a run's orchestration, the IO manager, sensors and metadata."""

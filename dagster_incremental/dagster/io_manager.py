@@ -1,0 +1,379 @@
+"""SparkTableIOManager: Dagster's side of the table writer.
+
+Like Dagster's own DbIOManager, this class is small: it turns Dagster contexts into a table name,
+a WriteSpec and a window, lets `TableWriter` do the Spark work in one atomic commit, and reports
+what the commit did as materialization metadata (README: "What you see").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
+from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.session import build_spark_session, spark_conf
+from dagster_incremental.spark.sql import qualified
+from dagster_incremental.spark.write_spec import (
+    CommitInfo,
+    IncrementalBatch,
+    WindowReplace,
+    WriteResult,
+    WriteSpec,
+)
+
+_SESSION_LOCK = threading.Lock()
+
+
+class SparkTableIOManager(dg.ConfigurableIOManager):
+    """Writes incremental assets to Spark tables (Iceberg by default) and reads them back.
+
+    Each run's rows and its cursor state land in ONE table commit, so a run that wrote data but
+    lost its Dagster event is recognised by the next run. Downstream assets get a pyspark
+    DataFrame of the table (of the partition window, for partitioned downstream assets).
+
+    Examples:
+        .. code-block:: python
+
+            import dagster as dg
+            from dagster_incremental import SparkTableIOManager, incremental_asset, Incremental
+
+            @incremental_asset(primary_key="id", write_disposition="merge")
+            def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+                yield from fetch_orders(since=updated_at.start_value)
+
+            defs = dg.Definitions(
+                assets=[orders],
+                resources={"io_manager": SparkTableIOManager.from_config("config/config.toml")},
+            )
+    """
+
+    master: str = Field(default="local[*]", description="Spark master URL.")
+    app_name: str = Field(default="dagster-incremental", description="Spark application name.")
+    spark_config: dict[str, str] = Field(
+        default_factory=dict, description="Extra Spark conf; wins over every default."
+    )
+    table_format: str = Field(default="iceberg", description='"iceberg" or "delta".')
+    catalog: str = Field(default="lake", description="Spark catalog holding the tables.")
+    namespace: str = Field(default="incremental", description="Namespace (database) of the tables.")
+    warehouse: str = Field(
+        default="data/warehouse", description="Warehouse folder or URI of the default catalog."
+    )
+    secrets_path: str | None = Field(
+        default=None,
+        description="secrets.toml whose [spark.conf] is added when the Spark session is built. "
+        "Only the path is config (Dagster shows config in the UI); values are read then.",
+    )
+
+    _session: Any = PrivateAttr(default=None)
+    _starting: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def from_config(cls, path: str | Path | None = None) -> SparkTableIOManager:
+        """Build from config.toml's `[spark]` and `[destination]` sections (and their env overrides)."""
+        from dagster_incremental.settings.config import load_config
+        from dagster_incremental.settings.secrets import SecretsFile
+
+        cfg = load_config(path)
+        return cls(
+            master=cfg.spark.master,
+            app_name=cfg.spark.app_name,
+            spark_config={k: str(v) for k, v in cfg.spark.conf.items()},
+            table_format=cfg.destination.format,
+            catalog=cfg.destination.catalog,
+            namespace=cfg.destination.namespace,
+            warehouse=str(cfg.destination.warehouse),
+            secrets_path=str(SecretsFile.beside(cfg).path),
+        )
+
+    # -- Spark -----------------------------------------------------------------------------------
+
+    @property
+    def spark(self):
+        """The process's SparkSession for this destination (built once, on first use)."""
+        if self._session is None:
+            with _SESSION_LOCK:
+                if self._session is None:
+                    self._session = build_spark_session(self._spark_conf())
+        return self._session
+
+    def start_spark_in_background(self) -> None:
+        """Start the session on a daemon thread, so the JVM starts while the asset function
+        is still extracting; `spark` then waits for it. A failure surfaces at that first use."""
+        if self._session is not None or self._starting:
+            return
+        self._starting = True
+
+        def start() -> None:
+            try:
+                self.spark
+            except Exception:  # noqa: BLE001 - raised again, in the run, by the next `spark`
+                pass
+
+        threading.Thread(target=start, name="dagster-incremental-spark-start", daemon=True).start()
+
+    def _spark_conf(self) -> dict[str, str]:
+        warehouse = self.warehouse
+        if "://" not in warehouse and not warehouse.startswith("file:"):
+            warehouse = str(Path(warehouse).resolve())
+        from dagster_incremental.settings.secrets import with_secret_spark_conf
+
+        return spark_conf(
+            master=self.master,
+            app_name=self.app_name,
+            # secret conf is read here, at first use, and never kept in a field
+            conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
+            table_format=self.table_format,
+            catalog=self.catalog,
+            warehouse=warehouse,
+        )
+
+    def _table_files(self, table: str) -> tuple[bool, Any]:
+        """The table's current metadata read from its files, without Spark.
+
+        (True, metadata) when this catalog keeps its tables in local files we can read;
+        metadata None then means "no such table". (False, None): ask Spark.
+        """
+        from dagster_incremental.spark.sql import split_identifier
+        from dagster_incremental.spark.table_metadata import hadoop_table_location, read_metadata
+
+        parts = split_identifier(table)
+        location = hadoop_table_location(self._spark_conf(), parts[0], parts[1:])
+        if location is None:
+            return False, None
+        if not (location / "metadata").is_dir():
+            return True, None
+        metadata = read_metadata(location)
+        return metadata is not None, metadata
+
+    @property
+    def writer(self):
+        from dagster_incremental.spark.writer import TableWriter
+
+        if self.table_format != "iceberg":
+            raise IncrementalConfigError(
+                f'[destination] format = "{self.table_format}" is not supported yet; '
+                'use format = "iceberg" (Delta Lake is planned).'
+            )
+        return TableWriter(self.spark)
+
+    def table_name(self, asset_key: dg.AssetKey) -> str:
+        """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__`."""
+        return qualified(self.catalog, self.namespace, "__".join(asset_key.path))
+
+    def committed_state(self, asset_key: dg.AssetKey, scope: str | None = None):
+        """The cursor stored with the table's newest commit (None if the table has none)."""
+        return self._committed_state(self.table_name(asset_key), scope)
+
+    def _committed_state(self, table: str, scope: str | None):
+        """From the table's metadata files when they are readable here: no JVM for a run that
+        turns out to have nothing to write."""
+        readable, metadata = self._table_files(table)
+        if not readable:
+            return self.writer.read_committed_state(table, scope=scope)
+        fields = metadata.committed_cursor(scope) if metadata is not None else None
+        if fields is None:
+            return None
+        from dagster_incremental.spark.commit import CommittedState
+
+        return CommittedState(*fields)
+
+    def _nothing_to_create(self, batch: IncrementalBatch) -> bool:
+        """No rows, no schema and no table: the writer would create nothing and commit nothing."""
+        if batch.data is not None or batch.window is not None or batch.full_refresh:
+            return False
+        readable, metadata = self._table_files(batch.spec.table)
+        return readable and metadata is None
+
+    def _unchanged(self, table: str) -> WriteResult:
+        """What a run that commits nothing reports: the table as it is (from its files when
+        readable here, else from Spark)."""
+        from dagster_incremental.spark.table_metadata import live_row_count
+
+        readable, metadata = self._table_files(table)
+        if readable and metadata is None:
+            return WriteResult(0, 0, 0, 0, None, ())
+        if readable:
+            snapshot_id, summary = metadata.current_summary()
+            schema, rows = metadata.spark_schema(), live_row_count(summary)
+            if schema is not None and rows is not None:
+                return WriteResult(0, 0, 0, rows, snapshot_id, schema)
+        return self.writer.unchanged(table)
+
+    # -- IOManager -------------------------------------------------------------------------------
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if obj is None:
+            return
+        if isinstance(obj, IncrementalBatch):
+            try:
+                self._write_batch(context, obj)
+            finally:
+                if isinstance(obj.data, LocalRows):  # rows spilled to disk: remove the files
+                    obj.data.close()
+            return
+        if _is_spark_frame(obj):
+            spec = self._spec_from_definition(context)
+            window = None
+            if context.has_asset_partitions:
+                column = _meta_value(context.definition_metadata, "partition_expr") or spec.cursor_column
+                if not column:
+                    raise IncrementalConfigError(
+                        f"asset {context.asset_key.to_user_string()} is partitioned, but SparkTableIOManager "
+                        "does not know which column holds the partition's time; add it to the asset, e.g. "
+                        '@asset(metadata={"partition_expr": "event_date"})'
+                    )
+                tw = context.asset_partitions_time_window
+                window = WindowReplace(column=column, start=tw.start, end=tw.end)
+            result = self.writer.write(
+                spec, obj, commit=CommitInfo(state=None, run_id=context.run_id), window=window
+            )
+            context.add_output_metadata(_result_metadata(spec.table, result))
+            return
+        raise IncrementalConfigError(
+            f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "
+            "SparkTableIOManager stores pyspark DataFrames (or the output of @incremental_asset)."
+        )
+
+    def _write_batch(self, context: dg.OutputContext, obj: IncrementalBatch) -> None:
+        current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
+        if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
+            # No rows and the table already holds this cursor (or there is no table and
+            # nothing to create): a commit would change nothing, and Spark is not needed.
+            context.add_output_metadata(
+                _result_metadata(obj.spec.table, self._unchanged(obj.spec.table), obj.column_descriptions)
+            )
+            return
+        result = self.writer.write(
+            obj.spec,
+            obj.data,
+            commit=obj.commit,
+            window=obj.window,
+            full_refresh=obj.full_refresh,
+            run_started_at=obj.run_started_at,
+            deduplicated=obj.deduplicated,
+        )
+        context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
+        self._compact_if_needed(context, obj.spec.table, result)
+
+    def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
+        """Fold merge-on-read delete files into the data (see maintenance). The run's data and
+        cursor are committed already: a failed compaction is a warning, retried next run."""
+        from dagster_incremental.spark import maintenance
+        if not maintenance.needs_compaction(result):
+            return
+        try:
+            done = maintenance.compact(self.spark, table)
+        except Exception as exc:  # noqa: BLE001 - maintenance must not fail a committed run
+            context.log.warning(f"{table.replace('`', '')}: compaction of delete files failed, retried next run: {exc}")
+            return
+        context.log.info(
+            f"{table.replace('`', '')}: folded {result.position_deletes} deleted rows "
+            f"({result.delete_files} delete files) into the data files: {done}"
+        )
+
+    def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch):
+        """Two runs that read the same cursor must not both commit: the second would load twice.
+        Returns the committed state it checked (None: the table has none)."""
+        current = self._committed_state(batch.spec.table, batch.commit.scope)
+        current_id = current.snapshot_id if current is not None else None
+        if current_id != batch.expected_snapshot_id:
+            other = current.run_id if current is not None else "unknown"
+            raise ConcurrentRunError(
+                f"asset {context.asset_key.to_user_string()}: another run ({other}) committed to "
+                f"{batch.spec.table.replace('`', '')} after this run read its cursor, so this run wrote "
+                "nothing. Runs of one incremental asset must take turns: limit its concurrency pool "
+                "to 1 (dagster.yaml: `concurrency: {pools: {default_limit: 1}}`), then re-run."
+            )
+        return current
+
+    def load_input(self, context: dg.InputContext):
+        upstream = context.upstream_output
+        key = upstream.asset_key if upstream is not None else context.asset_key
+        frame = self.spark.table(self.table_name(key))
+        window_column = None
+        if upstream is not None:
+            meta = upstream.definition_metadata
+            window_column = _meta_value(meta, md.DEF_WINDOW_COLUMN) or _meta_value(meta, "partition_expr")
+        if context.has_asset_partitions and window_column:
+            from pyspark.sql import functions as F
+
+            tw = context.asset_partitions_time_window
+            col = F.col(_column_ref(window_column))
+            frame = frame.where((col >= F.lit(tw.start)) & (col < F.lit(tw.end)))
+        return frame
+
+    def _spec_from_definition(self, context: dg.OutputContext) -> WriteSpec:
+        settings = dict(_meta_value(context.definition_metadata, md.DEF_WRITE_SETTINGS) or {})
+        settings.setdefault("disposition", "replace")
+        return write_spec_from_settings(self.table_name(context.asset_key), settings)
+
+
+def write_spec_from_settings(table: str, settings: Mapping[str, Any]) -> WriteSpec:
+    """A WriteSpec from the JSON-able settings kept in definition metadata."""
+    from dagster_incremental.spark.write_spec import Scd2Options
+
+    values = dict(settings)
+    scd2 = values.pop("scd2", None) or {}
+    for key in ("primary_key", "merge_key", "partition_by"):
+        values[key] = tuple(values.get(key) or ())
+    if values.get("dedup_sort"):
+        values["dedup_sort"] = tuple(values["dedup_sort"])
+    if "validity_column_names" in scd2:
+        scd2["validity_column_names"] = tuple(scd2["validity_column_names"])
+    return WriteSpec(table=table, scd2=Scd2Options(**scd2), **values)
+
+
+def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
+    """A run without rows (not even a schema) whose cursor state is the one committed last."""
+    from dagster_incremental.spark.commit import commit_properties
+    from dagster_incremental.spark.write_spec import STATE_PROPERTY
+
+    if batch.data is not None or batch.window is not None or batch.full_refresh or current is None:
+        return False
+    if batch.commit.state is None or batch.commit.scope != current.scope:
+        return False
+
+    def resumable(state: Mapping[str, Any]) -> str:
+        # start_value only reports where a run began; the next run resumes from the rest.
+        def strip(part: Any) -> Any:
+            return {k: v for k, v in part.items() if k != "start_value"} if isinstance(part, Mapping) else part
+
+        kept = {k: strip(v) for k, v in strip(state).items()}
+        return commit_properties(CommitInfo(state=kept))[STATE_PROPERTY]
+
+    return resumable(batch.commit.state) == resumable(current.state)
+
+
+def _result_metadata(table: str, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    return {
+        md.ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
+        md.ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),
+        md.ROWS_DELETED: dg.MetadataValue.int(result.rows_deleted),
+        md.ROW_COUNT: dg.MetadataValue.int(result.row_count),
+        md.TABLE_NAME: dg.MetadataValue.text(table.replace("`", "")),
+        md.COLUMN_SCHEMA: dg.MetadataValue.table_schema(md.table_schema(result.schema, descriptions)),
+    }
+
+
+def _meta_value(metadata: Mapping[str, Any] | None, key: str) -> Any:
+    """A definition metadata value, unwrapped from Dagster's MetadataValue."""
+    value = (metadata or {}).get(key)
+    return getattr(value, "value", value)
+
+
+def _is_spark_frame(obj: Any) -> bool:
+    return any(c.__module__.startswith("pyspark.sql") and c.__name__ == "DataFrame" for c in type(obj).__mro__)
+
+
+def _column_ref(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+__all__: Sequence[str] = ["SparkTableIOManager", "write_spec_from_settings"]

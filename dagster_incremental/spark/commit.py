@@ -1,0 +1,314 @@
+"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit.
+
+The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
+`.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
+(`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
+Iceberg 1.10.2 (tests/test_commit.py):
+
+- DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
+- SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but
+  `org.apache.iceberg.spark.CommitMetadata.withCommitProperties(map, callable, exClass)` works.
+  It keeps the properties in a JVM ThreadLocal while `callable` runs; we call it over py4j with a
+  Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
+  With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
+  thread that holds the ThreadLocal; that is checked on every call, never assumed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from pyspark.sql import SparkSession
+
+from dagster_incremental.spark.table_metadata import cursor_of
+from dagster_incremental.spark.write_spec import (
+    RUN_ID_PROPERTY,
+    SCOPE_PROPERTY,
+    STATE_PROPERTY,
+    CommitInfo,
+)
+
+# A fresh id per write: finds exactly the snapshot our write made, even with concurrent writers.
+COMMIT_ID_PROPERTY = "dagster_incremental.commit_id"
+SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
+
+R = TypeVar("R")
+
+_CALLBACK_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class CommittedState:
+    """The cursor stored with a table commit (what the asset layer heals lost events from)."""
+
+    state: dict[str, Any]
+    run_id: str | None
+    scope: str | None
+    snapshot_id: int
+    committed_at: datetime  # timezone-aware UTC
+
+
+def new_commit_id() -> str:
+    return uuid.uuid4().hex
+
+
+def commit_properties(info: CommitInfo, *, commit_id: str | None = None) -> dict[str, str]:
+    """The snapshot properties for `info` (state as compact, key-sorted JSON).
+
+    Raises TypeError before anything is written when the state isn't JSON-serialisable.
+    """
+    props: dict[str, str] = {}
+    if commit_id is not None:
+        props[COMMIT_ID_PROPERTY] = commit_id
+    if info.state is not None:
+        try:
+            props[STATE_PROPERTY] = json.dumps(dict(info.state), sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"the cursor state {info.state!r} is not JSON-serialisable: {exc}") from exc
+    if info.run_id is not None:
+        props[RUN_ID_PROPERTY] = str(info.run_id)
+    if info.scope is not None:
+        props[SCOPE_PROPERTY] = str(info.scope)
+    return props
+
+
+def write_options(properties: Mapping[str, str]) -> dict[str, str]:
+    """DataFrameWriterV2 options that put `properties` on the commit's snapshot summary."""
+    return {SNAPSHOT_PROPERTY_PREFIX + k: v for k, v in properties.items()}
+
+
+class _CommitCallable:
+    """A `java.util.concurrent.Callable` run by Iceberg inside its commit-properties scope.
+
+    Python errors are kept and re-raised by the caller with their own type (an AnalysisException
+    stays one) instead of surfacing as an opaque Py4JJavaError.
+    """
+
+    def __init__(self, jvm: Any, expected: Mapping[str, str], fn: Callable[[], Any]) -> None:
+        self._jvm = jvm
+        self._expected = dict(expected)
+        self._fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            seen = _thread_properties(self._jvm)
+            if any(seen.get(k) != v for k, v in self._expected.items()):
+                raise RuntimeError(
+                    "Iceberg commit properties are not visible on the JVM thread running the "
+                    "statement, so the cursor would not be committed with the data. Keep "
+                    "PySpark's pinned-thread mode on (PYSPARK_PIN_THREAD unset or 'true')."
+                )
+            self.result = self._fn()
+        except BaseException as exc:  # re-raised by with_commit_properties, never swallowed
+            self.error = exc
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def _pinned_properties_slot(spark: SparkSession) -> Any:
+    """Iceberg's ThreadLocal behind CommitMetadata, when it can be set from here directly.
+
+    Why: withCommitProperties runs the statement inside a py4j callback into Python, which
+    costs ~0.4 s a statement. With PySpark's pinned-thread mode (the default: a ClientServer
+    gateway) this Python thread's calls all run on one JVM thread, the one that executes and
+    commits the statement, so setting its ThreadLocal is the same scope without the round trip.
+    None (use the callback) without pinned threads or when this Iceberg has no such field.
+    """
+    from py4j.clientserver import ClientServer
+
+    if not isinstance(spark.sparkContext._gateway, ClientServer):
+        return None
+    try:
+        field = spark._jvm.org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField(
+            "COMMIT_PROPERTIES"
+        )
+        field.setAccessible(True)
+        return field.get(None)
+    except Exception:  # noqa: BLE001 - another Iceberg: the callback works everywhere
+        return None
+
+
+def _run_with_slot(jvm: Any, slot: Any, java_map: Any, props: Mapping[str, str], fn: Callable[[], R]) -> R:
+    """Run `fn` with the properties in the ThreadLocal of this thread's JVM thread; checked
+    visible first (as the callback checks), always cleared after."""
+    slot.set(java_map)
+    try:
+        seen = _thread_properties(jvm)
+        if any(seen.get(k) != v for k, v in props.items()):  # pragma: no cover - not pinned after all
+            raise RuntimeError("Iceberg commit properties are not visible on this thread's JVM thread.")
+        return fn()
+    finally:
+        slot.remove()
+
+
+def _thread_properties(jvm: Any) -> dict[str, str]:
+    """The commit properties Iceberg holds for the current JVM thread."""
+    return dict(jvm.org.apache.iceberg.spark.CommitMetadata.commitProperties())
+
+
+def ensure_callback_server(spark: SparkSession) -> None:
+    """Start py4j's callback server once per process, and only on a loopback address.
+
+    Why loopback: the server executes Python on behalf of whoever connects; py4j binds it to
+    127.0.0.1 by default, and we refuse to run if something configured it otherwise.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = spark.sparkContext._gateway
+    with _CALLBACK_LOCK:
+        if gateway.__dict__.get("_callback_server") is None:
+            ensure_callback_server_started(gateway)
+        host = gateway._callback_server.server_socket.getsockname()[0]
+    if not ipaddress.ip_address(host).is_loopback:
+        raise RuntimeError(
+            f"the py4j callback server listens on {host}, not on loopback; refusing to use it."
+        )
+
+
+def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], fn: Callable[[], R]) -> R:
+    """Run `fn` (e.g. `lambda: spark.sql(merge, args=...)`) so its Iceberg commit carries `properties`.
+
+    Thread-safe: the properties live in a ThreadLocal of the calling thread's own JVM thread.
+    Re-entrant-safe: Iceberg clears the ThreadLocal when a scope ends, so a nested scope would
+    strip the outer one; a nested call with the same properties just runs `fn`, one with other
+    properties raises instead of committing without a cursor.
+    """
+    jvm = spark.sparkContext._jvm
+    props = {k: str(v) for k, v in properties.items()}
+    current = _thread_properties(jvm)
+    if current:
+        if current == props:
+            return fn()
+        raise RuntimeError(
+            "with_commit_properties is already active on this thread with other properties "
+            f"({sorted(current)}); nested commit-property scopes are not supported."
+        )
+    java_map = jvm.java.util.HashMap()
+    for key, value in props.items():
+        java_map.put(key, value)
+    slot = _pinned_properties_slot(spark)
+    if slot is not None:
+        return _run_with_slot(jvm, slot, java_map, props, fn)
+    ensure_callback_server(spark)
+    callable_ = _CommitCallable(jvm, props, fn)
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+        java_map, callable_, jvm.java.lang.RuntimeException._java_lang_class
+    )
+    if callable_.error is not None:
+        raise callable_.error
+    return callable_.result
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One row of `<table>.snapshots`."""
+
+    snapshot_id: int
+    parent_id: int | None
+    operation: str
+    summary: dict[str, str]
+    committed_at: datetime
+
+
+def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotInfo | None:
+    """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
+    of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
+    slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
+    iceberg = iceberg_table(spark, table)
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        summary = dict(snapshot.summary())
+        if summary.get(COMMIT_ID_PROPERTY) == commit_id:
+            parent = snapshot.parentId()
+            return SnapshotInfo(
+                snapshot_id=snapshot.snapshotId(),
+                parent_id=parent,
+                operation=snapshot.operation(),
+                summary=summary,
+                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
+            )
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
+
+
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The org.apache.iceberg.Table behind a Spark table name (py4j; no Spark job)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+
+
+def read_committed_state(
+    spark: SparkSession, table: str, scope: str | None = None
+) -> CommittedState | None:
+    """The newest cursor committed with the table's current history (None: no table / no cursor).
+
+    Only snapshots that are ancestors of the current one count (a rolled-back or replaced
+    history doesn't). With `scope`, only commits of that scope; without, the newest of any.
+    One metadata-table job; a missing table is None (checked via the catalog, errors propagate).
+    """
+    if not spark.catalog.tableExists(table):
+        return None
+    try:
+        iceberg = iceberg_table(spark, table)
+    except Exception:  # noqa: BLE001 - not an Iceberg table object here: ask the metadata tables
+        iceberg = None
+    if iceberg is not None:
+        return _walk_lineage(iceberg, scope)
+    # Another process (a run killed after its commit, a concurrent run) may have committed since
+    # this session cached the table's metadata (Iceberg's catalog cache): read the newest.
+    spark.catalog.refreshTable(table)
+    args: dict[str, Any] = {"state_key": STATE_PROPERTY}
+    scope_filter = ""
+    if scope is not None:
+        scope_filter = "AND s.summary[:scope_key] = :scope"
+        args.update(scope_key=SCOPE_PROPERTY, scope=scope)
+    rows = spark.sql(
+        f"""SELECT s.snapshot_id, unix_micros(s.committed_at) AS committed_us, s.summary
+            FROM {table}.`snapshots` AS s JOIN {table}.`history` AS h ON s.snapshot_id = h.snapshot_id
+            WHERE h.is_current_ancestor AND s.summary[:state_key] IS NOT NULL {scope_filter}
+            ORDER BY s.committed_at DESC, h.made_current_at DESC LIMIT 1""",
+        args=args,
+    ).collect()
+    if not rows:
+        return None
+    row = rows[0]
+    summary = dict(row.summary)
+    return CommittedState(
+        state=json.loads(summary[STATE_PROPERTY]),
+        run_id=summary.get(RUN_ID_PROPERTY),
+        scope=summary.get(SCOPE_PROPERTY),
+        snapshot_id=row.snapshot_id,
+        committed_at=_from_micros(row.committed_us),
+    )
+
+
+def _walk_lineage(iceberg: Any, scope: str | None) -> CommittedState | None:
+    """The newest snapshot in the current lineage carrying a cursor (of `scope`), read from the
+    Iceberg Table object over py4j: no Spark job (a metadata-table query costs ~0.2 s a read,
+    twice per run). The table is refreshed first: another process may have committed since
+    this session cached it."""
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        fields = cursor_of(dict(snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
+        if fields is not None:
+            return CommittedState(*fields)
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
+
+
+def _from_micros(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc)

@@ -1,0 +1,115 @@
+"""Build the SparkSession from config.toml's `[spark]` and `[destination]` sections.
+
+Why here and not in dagster-pyspark alone: the Iceberg runtime jar must be found inside the
+installed `snowpark-connect-deps-iceberg` wheel (nothing is downloaded at run time), and the
+catalog settings follow from `[destination]`. The resulting flat conf dict is what
+`dagster_pyspark.PySparkResource(spark_config=...)` takes, so both paths build the same session.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def iceberg_runtime_jar() -> str:
+    """Path of the Iceberg Spark runtime jar shipped by the `snowpark-connect-deps-iceberg` wheel."""
+    import snowpark_connect_deps_iceberg as deps
+
+    path = Path(deps.get_jar_path(ICEBERG_RUNTIME_JAR))
+    if not path.is_file():  # pragma: no cover - only with a broken install
+        raise FileNotFoundError(
+            f"{ICEBERG_RUNTIME_JAR} is not in the installed snowpark-connect-deps-iceberg package; "
+            "reinstall it with `pip install snowpark-connect-deps-iceberg==1.0.2`."
+        )
+    return str(path)
+
+
+def iceberg_catalog_conf(catalog: str, warehouse: str | Path) -> dict[str, str]:
+    """Spark conf for an Iceberg Hadoop catalog named `catalog` in the `warehouse` folder."""
+    prefix = f"spark.sql.catalog.{catalog}"
+    return {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "hadoop",
+        f"{prefix}.warehouse": str(warehouse),
+    }
+
+
+def spark_conf(
+    *,
+    master: str = "local[*]",
+    app_name: str = "dagster-incremental",
+    conf: Mapping[str, Any] | None = None,
+    table_format: str = "iceberg",
+    catalog: str | None = "lake",
+    warehouse: str | Path | None = None,
+) -> dict[str, str]:
+    """The flat Spark conf for a session that can write our tables.
+
+    User settings in `conf` win over every default here, including the jar: a user who sets
+    `spark.jars` or `spark.jars.packages` provides the table-format jars themselves.
+    """
+    out: dict[str, str] = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        # Instants are compared and rendered in UTC whatever the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+        # Small batches dominate incremental runs: 200 shuffle partitions is pure overhead.
+        "spark.sql.shuffle.partitions": "8",
+        # pandas/Arrow <-> Spark conversions go through Arrow, not row by row.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Quiet by default: no [Stage N:>] bars in run logs ("true" in [spark.conf] brings them back).
+        "spark.ui.showConsoleProgress": "false",
+    }
+    # A standalone master on loopback (spark://127.0.0.1:7077, localhost, [::1]; every host of an
+    # HA list) means its workers and executors run on this machine.
+    hosts = master[len("spark://"):].split(",") if master.startswith("spark://") else []
+    on_loopback = bool(hosts) and all(
+        h.rsplit(":", 1)[0] in ("localhost", "[::1]") or h.startswith("127.") for h in hosts
+    )
+    if master.startswith("local") or on_loopback:
+        # An embedded session, or a standalone cluster on this machine's loopback (tests, a
+        # laptop cluster): the executors reach the driver on loopback, and nobody else can.
+        out["spark.driver.host"] = "127.0.0.1"
+        out["spark.driver.bindAddress"] = "127.0.0.1"
+        # Python workers run in this interpreter's environment (pyarrow, pandas for the cursor
+        # filter's pandas UDF), even when a virtualenv was not activated. Only on this machine:
+        # a remote cluster's executors need their own Python (spark.pyspark.python or
+        # PYSPARK_PYTHON); this interpreter's path means nothing there.
+        out["spark.pyspark.python"] = sys.executable
+    user = {k: str(v) for k, v in (conf or {}).items()}
+    if table_format == "iceberg":
+        if "spark.jars" not in user and "spark.jars.packages" not in user:
+            out["spark.jars"] = iceberg_runtime_jar()
+        out["spark.sql.extensions"] = ICEBERG_EXTENSIONS
+        if catalog and warehouse is not None:
+            defaults = iceberg_catalog_conf(catalog, warehouse)
+            if f"spark.sql.catalog.{catalog}.catalog-impl" in user:
+                # A custom catalog class (Glue, Nessie, JDBC...): Iceberg refuses it next to a
+                # `type`, so the default hadoop type steps aside.
+                defaults.pop(f"spark.sql.catalog.{catalog}.type")
+            out.update(defaults)
+    out.update(user)
+    return out
+
+
+def build_spark_session(conf: Mapping[str, str]):
+    """getOrCreate a SparkSession with `conf` (as dagster-pyspark's resource does); a driver JVM
+    this call launches starts from the class archive, quietly (see jvm_startup)."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    from dagster_incremental.spark.jvm_startup import driver_java_options
+
+    conf = dict(conf)
+    if SparkContext._jvm is None:  # only options of a JVM not started yet take effect
+        conf["spark.driver.extraJavaOptions"] = driver_java_options(conf)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

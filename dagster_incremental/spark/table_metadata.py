@@ -1,0 +1,392 @@
+"""Read an Iceberg table's current metadata straight from a local Hadoop-catalog warehouse.
+
+Why: a run whose source returns nothing only needs the committed cursor, the current snapshot's
+summary and the table schema. Asking Spark for them means starting a JVM (~10 s in a fresh
+process); a Hadoop catalog keeps all three in one JSON file on disk, which takes milliseconds
+to parse. This module is pure Python (stdlib json/gzip): importing it loads neither pyspark nor
+a JVM.
+
+It answers only when it can be sure: a conf it does not fully understand, a table it cannot
+read consistently (a concurrent writer, a damaged file, a type Spark would not map) gives None,
+and the caller falls back to Spark. A None from the module-level helpers therefore means
+"no table, or not readable here: ask Spark"; `read_metadata` plus the `TableMetadata` methods
+give definitive answers (no cursor, no snapshot) once a metadata file was read.
+
+Resolution follows Iceberg's HadoopTableOperations: `metadata/version-hint.text` names a
+version N (when it is missing or unreadable, the highest `v<N>.metadata.json` present), then
+newer versions that exist win (N+1, N+2, ...). Each version may be stored as
+`v<N>.metadata.json`, `v<N>.gz.metadata.json` or the old `v<N>.metadata.json.gz`, looked up in
+that order. A commit renames a complete file into place, so a version file is either absent or
+whole; a file that vanishes or fails to parse while we read it means the table is changing under
+us: we retry a few times, then give up with None.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import urlsplit
+
+from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY
+
+if TYPE_CHECKING:  # commit.py imports pyspark at module level; only imported lazily below
+    from dagster_incremental.spark.commit import CommittedState
+
+SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+VERSION_HINT = "version-hint.text"
+# A version's file names in Iceberg's lookup order: plain, gzip, legacy gzip.
+_SUFFIXES = (".metadata.json", ".gz.metadata.json", ".metadata.json.gz")
+_VERSION_FILE = re.compile(r"v([^.]*)\..*")  # HadoopTableOperations.VERSION_PATTERN
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+_FIXED = re.compile(r"fixed\[\s*(\d+)\s*\]")
+_ATTEMPTS = 3
+
+# Iceberg primitive -> Spark simpleString, as Iceberg's TypeToSparkType maps them
+# (uuid is read as string, fixed as binary; `time` and nanosecond timestamps have no Spark type).
+_PRIMITIVES = {
+    "boolean": "boolean",
+    "int": "int",
+    "long": "bigint",
+    "float": "float",
+    "double": "double",
+    "date": "date",
+    "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+    "string": "string",
+    "uuid": "string",
+    "binary": "binary",
+}
+
+
+class _Changing(Exception):
+    """The metadata changed while we read it (a file vanished or was not whole): try again."""
+
+
+class CursorFields(NamedTuple):
+    """commit.CommittedState's fields, in its order, without importing pyspark:
+    `CommittedState(*fields)` builds the real one."""
+
+    state: dict[str, Any]
+    run_id: str | None
+    scope: str | None
+    snapshot_id: int
+    committed_at: datetime  # timezone-aware UTC
+
+
+# -- where the table lives -------------------------------------------------------------------------
+
+
+def hadoop_table_location(conf: Mapping[str, str], catalog: str, table_parts: Sequence[str]) -> Path | None:
+    """The table folder of `catalog`.`table_parts` when `conf` (spark_session.spark_conf's flat
+    dict) makes `catalog` an Iceberg Hadoop catalog on the local filesystem, else None.
+
+    table_parts: [namespace..., table], unquoted. None also for names Hadoop would not map to
+    one plain folder (a '/', ':' or '%' in a part, '.', '..'), and for settings that could point
+    the catalog elsewhere (a custom catalog-impl or io-impl, a non-local warehouse) — in all
+    those cases only Spark knows where the table is.
+    """
+    prefix = f"spark.sql.catalog.{catalog}"
+    if conf.get(prefix) != SPARK_CATALOG_CLASS:
+        return None
+    if (conf.get(f"{prefix}.type") or "").lower() != "hadoop":
+        return None
+    if f"{prefix}.catalog-impl" in conf or f"{prefix}.io-impl" in conf:
+        return None
+    warehouse = _local_warehouse(conf, prefix)
+    if warehouse is None or len(table_parts) < 2 or not all(_plain_part(p) for p in table_parts):
+        return None
+    return warehouse.joinpath(*table_parts)
+
+
+def _local_warehouse(conf: Mapping[str, str], prefix: str) -> Path | None:
+    """The warehouse as an absolute local path, or None when Hadoop might resolve it elsewhere."""
+    value = conf.get(f"{prefix}.warehouse") or ""
+    if not value or "%" in value:  # Hadoop quotes '%' rather than decoding it: not worth guessing
+        return None
+    if value.startswith("file:"):
+        parts = urlsplit(value)
+        if parts.netloc or parts.query or parts.fragment:
+            return None
+        value = parts.path
+    elif "://" in value or _default_fs_overridden(conf, prefix):
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else None  # relative: resolved by the JVM's working dir
+
+
+def _default_fs_overridden(conf: Mapping[str, str], prefix: str) -> bool:
+    """A scheme-less warehouse lives on Hadoop's default filesystem, which may not be local."""
+    keys = ("fs.defaultFS", "fs.default.name")
+    values = [conf.get(f"spark.hadoop.{k}") for k in keys] + [conf.get(f"{prefix}.hadoop.{k}") for k in keys]
+    if any(v and not v.startswith("file:") for v in values):
+        return True
+    # A Hadoop config folder may set fs.defaultFS in core-site.xml, which only the JVM reads.
+    return bool(os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
+
+
+def _plain_part(part: str) -> bool:
+    return bool(part) and part not in (".", "..") and not any(c in part for c in "/\\:%\x00")
+
+
+# -- which metadata file is current --------------------------------------------------------------
+
+
+def read_metadata(table_dir: str | os.PathLike[str]) -> TableMetadata | None:
+    """The table's current metadata, or None: no table there, or not readable consistently.
+
+    Retries when a concurrent commit makes a file vanish or look damaged mid-read; after a few
+    attempts it gives up (None) rather than risk returning an older or wrong version.
+    """
+    metadata_dir = Path(table_dir) / "metadata"
+    for _ in range(_ATTEMPTS):
+        try:
+            found = _current_file(metadata_dir)
+            if found is None:
+                return None
+            version, path = found
+            return TableMetadata(version=version, path=path, raw=_load_json(path))
+        except _Changing:
+            continue
+    return None
+
+
+def _current_file(metadata_dir: Path) -> tuple[int, Path] | None:
+    """(version, file) of the current metadata as HadoopTableOperations.refresh picks it;
+    None when the table does not exist. A hint naming a missing version is a table we can't
+    trust right now: _Changing (Iceberg itself fails that read)."""
+    version = _hinted_version(metadata_dir)
+    if version is None:
+        version = _highest_listed_version(metadata_dir)
+    path = _version_file(metadata_dir, version)
+    if path is None:
+        if version == 0:
+            return None  # no v0 (or nothing at all): the table does not exist
+        raise _Changing(f"metadata version {version} is missing")
+    while (newer := _version_file(metadata_dir, version + 1)) is not None:
+        version, path = version + 1, newer
+    return version, path
+
+
+def _hinted_version(metadata_dir: Path) -> int | None:
+    """The version in version-hint.text (first line, an integer), None when absent or unusable."""
+    try:
+        text = (metadata_dir / VERSION_HINT).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    lines = text.splitlines()
+    if not lines or not _INTEGER.fullmatch(lines[0]):
+        return None
+    return int(lines[0])
+
+
+def _highest_listed_version(metadata_dir: Path) -> int:
+    """Iceberg's recovery when the hint is missing (a commit deletes it while it runs): the
+    highest version whose metadata file exists; 0 when there is none."""
+    try:
+        names = os.listdir(metadata_dir)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise _Changing(str(exc)) from exc
+    highest = 0
+    for name in names:
+        match = _VERSION_FILE.fullmatch(name)
+        if match is None or not _INTEGER.fullmatch(match.group(1)):
+            continue
+        version = int(match.group(1))
+        if version > highest and _version_file(metadata_dir, version) is not None:
+            highest = version
+    return highest
+
+
+def _version_file(metadata_dir: Path, version: int) -> Path | None:
+    """The file holding `version`, in Iceberg's codec lookup order."""
+    for suffix in _SUFFIXES:
+        path = metadata_dir / f"v{version}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    """Parse one metadata file (gzip by name, as Iceberg decides). Vanished or not parseable:
+    _Changing, so the caller re-resolves the current version."""
+    try:
+        if path.name.endswith(".gz.metadata.json") or path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                data = handle.read()
+        else:
+            data = path.read_bytes()
+        raw = json.loads(data)
+    except (OSError, EOFError, zlib.error, ValueError) as exc:  # JSON/Unicode errors are ValueErrors
+        raise _Changing(f"{path.name}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise _Changing(f"{path.name}: not a JSON object")
+    return raw
+
+
+# -- what the metadata says ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableMetadata:
+    """One parsed metadata version. Its answers are definitive for that version: read once and
+    ask several questions to get a consistent picture (cursor, summary and schema together)."""
+
+    version: int
+    path: Path
+    raw: Mapping[str, Any]
+
+    def current_snapshot_id(self) -> int | None:
+        """`current-snapshot-id` (-1/absent: no snapshot), else the `main` branch ref."""
+        current = self.raw.get("current-snapshot-id")
+        if isinstance(current, int) and current != -1:
+            return current
+        main = (self.raw.get("refs") or {}).get("main") or {}
+        ref = main.get("snapshot-id")
+        return ref if isinstance(ref, int) and ref != -1 else None
+
+    def snapshots(self) -> dict[int, Mapping[str, Any]]:
+        return {s["snapshot-id"]: s for s in self.raw.get("snapshots") or () if "snapshot-id" in s}
+
+    def lineage(self) -> Iterator[Mapping[str, Any]]:
+        """The current snapshot, then its parents, newest first (a rolled-back history or an
+        expired parent is not in it). Stops on a cycle rather than looping."""
+        by_id = self.snapshots()
+        seen: set[int] = set()
+        snapshot_id = self.current_snapshot_id()
+        while snapshot_id is not None and snapshot_id in by_id and snapshot_id not in seen:
+            seen.add(snapshot_id)
+            snapshot = by_id[snapshot_id]
+            yield snapshot
+            snapshot_id = snapshot.get("parent-snapshot-id")
+
+    def committed_cursor(self, scope: str | None = None) -> CursorFields | None:
+        """What commit._walk_lineage returns: the newest snapshot of the lineage carrying a
+        cursor (of `scope`, when given); None: no such commit."""
+        for snapshot in self.lineage():
+            fields = cursor_of(_summary(snapshot), snapshot["snapshot-id"], snapshot["timestamp-ms"], scope)
+            if fields is not None:
+                return fields
+        return None
+
+    def current_summary(self) -> tuple[int | None, dict[str, str]]:
+        """(current snapshot id, its summary as Snapshot.summary() has it: without `operation`);
+        (None, {}) for a table without snapshots."""
+        snapshot_id = self.current_snapshot_id()
+        snapshot = self.snapshots().get(snapshot_id) if snapshot_id is not None else None
+        if snapshot is None:
+            return None, {}
+        return snapshot_id, _summary(snapshot)
+
+    def schema(self) -> Mapping[str, Any] | None:
+        """The current schema's JSON (format v2 `schemas` + `current-schema-id`, v1 `schema`)."""
+        schemas = self.raw.get("schemas")
+        if schemas:
+            wanted = self.raw.get("current-schema-id")
+            return next((s for s in schemas if s.get("schema-id") == wanted), None)
+        return self.raw.get("schema")
+
+    def spark_schema(self) -> tuple[tuple[str, str], ...] | None:
+        """((column, Spark simpleString type), ...) as `spark.table(t).schema` reports it;
+        None when a type has no Spark mapping we are sure of."""
+        schema = self.schema()
+        if schema is None:
+            return None
+        try:
+            return tuple((f["name"], spark_type(f["type"])) for f in schema.get("fields", ()))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def _summary(snapshot: Mapping[str, Any]) -> dict[str, str]:
+    """A snapshot's summary without `operation`, which Iceberg keeps apart from the map."""
+    return {k: v for k, v in (snapshot.get("summary") or {}).items() if k != "operation"}
+
+
+def spark_type(iceberg_type: Any) -> str:
+    """Iceberg's JSON type -> the Spark simpleString Iceberg's TypeToSparkType gives it (pyspark
+    renders struct fields as `name:type`, unquoted and untruncated). ValueError: no mapping."""
+    if isinstance(iceberg_type, str):
+        name = iceberg_type.strip().lower()
+        if name in _PRIMITIVES:
+            return _PRIMITIVES[name]
+        if decimal := _DECIMAL.fullmatch(name):
+            return f"decimal({int(decimal.group(1))},{int(decimal.group(2))})"
+        if _FIXED.fullmatch(name):
+            return "binary"
+        raise ValueError(f"no Spark type for Iceberg type {iceberg_type!r}")
+    kind = iceberg_type.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{spark_type(f['type'])}" for f in iceberg_type["fields"]) + ">"
+    if kind == "list":
+        return f"array<{spark_type(iceberg_type['element'])}>"
+    if kind == "map":
+        return f"map<{spark_type(iceberg_type['key'])},{spark_type(iceberg_type['value'])}>"
+    raise ValueError(f"no Spark type for Iceberg type {iceberg_type!r}")
+
+
+# -- one-shot helpers (None: ask Spark) ----------------------------------------------------------
+
+
+def committed_cursor(table_dir: str | os.PathLike[str], scope: str | None = None) -> CursorFields | None:
+    """commit._walk_lineage's answer as plain fields, without importing pyspark. None: no
+    table, no cursor, or metadata not readable here (use read_metadata to tell them apart)."""
+    metadata = read_metadata(table_dir)
+    return metadata.committed_cursor(scope) if metadata is not None else None
+
+
+def committed_state(table_dir: str | os.PathLike[str], scope: str | None = None) -> CommittedState | None:
+    """committed_cursor as commit.CommittedState. Importing commit.py imports pyspark (~0.3 s,
+    no JVM); callers that must avoid even that use committed_cursor."""
+    fields = committed_cursor(table_dir, scope)
+    if fields is None:
+        return None
+    from dagster_incremental.spark.commit import CommittedState
+
+    return CommittedState(*fields)
+
+
+def current_summary(table_dir: str | os.PathLike[str]) -> tuple[int | None, dict[str, str]] | None:
+    """(current snapshot id or None, its summary); None: no table or not readable here."""
+    metadata = read_metadata(table_dir)
+    return metadata.current_summary() if metadata is not None else None
+
+
+def spark_schema(table_dir: str | os.PathLike[str]) -> tuple[tuple[str, str], ...] | None:
+    """((column, Spark simpleString), ...) of the current schema; None: ask Spark."""
+    metadata = read_metadata(table_dir)
+    return metadata.spark_schema() if metadata is not None else None
+
+
+def cursor_of(summary: Mapping[str, str], snapshot_id: int, timestamp_ms: int, scope: str | None) -> CursorFields | None:
+    """The cursor a snapshot carries (of `scope`, when given), else None: one reading of the
+    commit properties for the file reader here and the JVM reader in commit.py."""
+    state = summary.get(STATE_PROPERTY)
+    if state is None or (scope is not None and summary.get(SCOPE_PROPERTY) != scope):
+        return None
+    return CursorFields(
+        state=json.loads(state),
+        run_id=summary.get(RUN_ID_PROPERTY),
+        scope=summary.get(SCOPE_PROPERTY),
+        snapshot_id=snapshot_id,
+        committed_at=datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc),
+    )
+
+
+def live_row_count(summary: Mapping[str, str]) -> int | None:
+    """Live rows of a snapshot from its summary: data-file records minus position deletes (each
+    removes exactly one row). None when equality deletes exist (they match any number of rows:
+    only a count can tell)."""
+    if int(summary.get("total-equality-deletes", 0) or 0):
+        return None
+    return int(summary.get("total-records", 0) or 0) - int(summary.get("total-position-deletes", 0) or 0)

@@ -1,0 +1,76 @@
+"""A run with nothing new to write never starts Spark: the cursor, the row count and the schema
+come from the table's metadata files (Dagster launches every run in a fresh process, where a
+JVM costs seconds)."""
+
+from __future__ import annotations
+
+import uuid
+
+import dagster as dg
+import pytest
+
+from dagster_incremental import Incremental, SparkTableIOManager, incremental_asset
+
+pytestmark = pytest.mark.spark
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+ROWS = [{"id": i, "updated_at": f"2024-01-0{i}T00:00:00Z"} for i in range(1, 4)]
+
+
+@pytest.fixture
+def setup(tmp_path, spark_warehouse):
+    namespace = "nospark_" + uuid.uuid4().hex[:6]
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{spark_warehouse}"\n'
+        '[assets.orders]\nprimary_key = ["id"]\n'
+        'write_disposition = { disposition = "merge", strategy = "upsert" }\n'
+        '[assets.orders.updated_at]\ncursor_path = "updated_at"\ninitial_value = "2024-01-01T00:00:00Z"\n'
+    )
+    source: dict[str, list] = {"rows": ROWS}
+
+    @incremental_asset(config_path=str(config))
+    def orders(updated_at: Incremental):
+        yield from source["rows"]
+
+    def io() -> SparkTableIOManager:
+        return SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=spark_warehouse)
+
+    return orders, source, io
+
+
+def no_spark(monkeypatch):
+    def refuse(conf):
+        raise AssertionError("this run started Spark")
+
+    monkeypatch.setattr("dagster_incremental.dagster.io_manager.build_spark_session", refuse)
+
+
+def metadata(result):
+    return {k: v.value for k, v in result.get_asset_materialization_events()[-1].materialization.metadata.items()}
+
+
+@pytest.mark.parametrize("second_source", [[], ROWS[-1:]], ids=["source-empty", "source-repeats-last-row"])
+def test_nothing_new_is_reported_from_the_table_files(spark, instance, setup, monkeypatch, second_source):
+    orders, source, io = setup
+    first = dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET)
+    assert first.success
+    source["rows"] = second_source
+    no_spark(monkeypatch)
+    second = dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET)
+    assert second.success
+    before, after = metadata(first), metadata(second)
+    assert after["dagster/row_count"] == 3 and after["dagster_incremental/rows_inserted"] == 0
+    assert after["dagster_incremental/state"]["last_value"] == before["dagster_incremental/state"]["last_value"]
+    assert after["dagster/column_schema"] == before["dagster/column_schema"]
+
+
+def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, instance, setup, monkeypatch):
+    orders, source, io = setup
+    source["rows"] = []
+    no_spark(monkeypatch)
+    result = dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET)
+    assert result.success
+    assert metadata(result)["dagster/row_count"] == 0
+    monkeypatch.undo()
+    assert not spark.catalog.tableExists(io().table_name(dg.AssetKey("orders")))

@@ -1,0 +1,496 @@
+"""TableWriter against real Iceberg tables: multi-run contents, the cursor in exactly the data
+commit, failures that change nothing, pruning, and hostile identifiers."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+from pyspark.sql import functions as F
+
+from dagster_incremental.errors import ConcurrentRunError, DataShapeError, IncrementalConfigError
+from dagster_incremental.spark.partitioning import parse_partition_field, partition_bounds
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.writer import (
+    TableWriter,
+    conflicts_as_concurrent_run,
+    is_commit_conflict,
+    prunable_partition_by,
+    split_identifier,
+    table_name,
+)
+from dagster_incremental.spark.write_spec import (
+    RUN_ID_PROPERTY,
+    SCOPE_PROPERTY,
+    STATE_PROPERTY,
+    CommitInfo,
+    WindowReplace,
+    WriteSpec,
+)
+
+D = dt.date
+
+
+# -- pure helpers --------------------------------------------------------------------------------
+
+
+def test_table_name_quotes_every_part_and_joins_the_key_prefix():
+    assert table_name("lake", "ns", ["sales", "orders"]) == "`lake`.`ns`.`sales__orders`"
+    assert table_name("lake", "n s", ["it's", "a`b"]) == "`lake`.`n s`.`it's__a``b`"
+    assert split_identifier("`lake`.`n s`.`it's__a``b`") == ["lake", "n s", "it's__a`b"]
+    assert split_identifier("lake.ns.t") == ["lake", "ns", "t"]
+    with pytest.raises(ValueError):
+        split_identifier("`lake`.`open")
+
+
+def test_partition_spec_parser_validates_and_quotes():
+    cols = ["updated_at", "days(x)", "two words", "id"]
+    assert parse_partition_field("days(updated_at)", cols).sql() == "days(`updated_at`)"
+    assert parse_partition_field("days(x)", cols).sql() == "`days(x)`"  # a real column wins
+    assert parse_partition_field("bucket(16, `two words`)", cols).sql() == "bucket(16, `two words`)"
+    assert parse_partition_field("ID", cols).sql() == "`id`"
+    with pytest.raises(IncrementalConfigError, match="unknown transform 'drop'"):
+        parse_partition_field("drop(id)", cols)
+    with pytest.raises(IncrementalConfigError, match=re.escape("bucket(N, column)")):
+        parse_partition_field("bucket(id)", cols)
+    with pytest.raises(IncrementalConfigError, match="not a column"):
+        parse_partition_field("days(nope); DROP TABLE x", cols)
+
+
+def test_helper_prefix_is_the_merge_strategies_one():
+    """Helper columns of prepared merge batches never become table columns."""
+    from dagster_incremental.spark.merge import sql as merge_sql
+    from dagster_incremental.spark.writer import HELPER_PREFIX, WINDOW_OP
+
+    assert HELPER_PREFIX == merge_sql.HELPER_PREFIX and WINDOW_OP.startswith(HELPER_PREFIX)
+
+
+def test_delta_is_a_clear_config_error(spark):
+    spec = WriteSpec(table="`lake`.`tw`.`delta`", table_format="delta")
+    with pytest.raises(IncrementalConfigError, match='format = "delta" is not supported'):
+        TableWriter(spark).write(spec, None, commit=CommitInfo(state=None))
+
+
+# -- helpers against Spark ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def table(request):
+    return table_name("lake", "tw", [re.sub(r"\W", "_", request.node.name)])
+
+
+@pytest.fixture
+def writer(spark):
+    return TableWriter(spark)
+
+
+def contents(spark, table):
+    frame = spark.table(table)
+    return sorted(tuple(r) for r in frame.collect())
+
+
+def snapshots(spark, table):
+    rows = spark.sql(
+        f"SELECT snapshot_id, operation, summary FROM {table}.`snapshots` ORDER BY committed_at"
+    ).collect()
+    return [(r.snapshot_id, r.operation, dict(r.summary)) for r in rows]
+
+
+def frame(spark, rows, schema="id bigint, day date, v string"):
+    return spark.createDataFrame(rows, schema)
+
+
+def info(n, scope=None):
+    return CommitInfo(state={"last_value": n}, run_id=f"run-{n}", scope=scope)
+
+
+# -- append --------------------------------------------------------------------------------------
+
+
+def test_append_runs_and_cursor_in_exactly_the_data_commit(spark, writer, table):
+    spec = WriteSpec(table=table, disposition="append")
+    r1 = writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b")]), commit=info(1))
+    assert contents(spark, table) == [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b")]
+    assert (r1.rows_inserted, r1.rows_updated, r1.rows_deleted, r1.row_count) == (2, 0, 0, 2)
+    assert r1.schema == (("id", "bigint"), ("day", "date"), ("v", "string"))
+
+    r2 = writer.write(spec, frame(spark, [(3, D(2024, 1, 2), "c")]), commit=info(2, scope="p1"))
+    assert [r[0] for r in contents(spark, table)] == [1, 2, 3]
+    assert (r2.rows_inserted, r2.row_count) == (1, 3)
+
+    # an empty batch still makes a commit that records the cursor (Iceberg allows empty appends)
+    r3 = writer.write(spec, frame(spark, []), commit=info(3))
+    assert (r3.rows_inserted, r3.row_count) == (0, 3)
+
+    history = snapshots(spark, table)
+    assert [s[0] for s in history] == [r1.snapshot_id, r2.snapshot_id, r3.snapshot_id]  # one commit per run
+    for (snapshot_id, operation, summary), n in zip(history, (1, 2, 3)):
+        assert operation == "append"
+        assert json.loads(summary[STATE_PROPERTY]) == {"last_value": n}
+        assert summary[RUN_ID_PROPERTY] == f"run-{n}"
+    assert history[1][2][SCOPE_PROPERTY] == "p1" and SCOPE_PROPERTY not in history[0][2]
+
+    newest = writer.read_committed_state(table)
+    assert (newest.state, newest.run_id, newest.snapshot_id) == ({"last_value": 3}, "run-3", r3.snapshot_id)
+    assert writer.read_committed_state(table, scope="p1").run_id == "run-2"
+
+    # batch None: nothing to write, but the table exists, so the cursor is still committed
+    r4 = writer.write(spec, None, commit=info(4))
+    assert writer.read_committed_state(table).snapshot_id == r4.snapshot_id
+    assert r4.row_count == 3
+
+
+def test_no_batch_and_no_table_creates_nothing(spark, writer, table):
+    result = writer.write(WriteSpec(table=table), None, commit=info(1))
+    assert result.snapshot_id is None and result.row_count == 0
+    assert not writer.table_exists(table)
+    assert writer.read_committed_state(table) is None
+
+    # an empty first batch with a schema creates the table (and commits the cursor)
+    spec = WriteSpec(table=table, disposition="replace", partition_by=("days(ts)",))
+    empty = spark.createDataFrame([], "id bigint, ts timestamp, `note` string")
+    result = writer.write(spec, empty, commit=info(2))
+    assert result.schema == (("id", "bigint"), ("ts", "timestamp"), ("note", "string"))
+    assert (result.row_count, writer.read_committed_state(table).snapshot_id) == (0, result.snapshot_id)
+    properties = dict(spark.sql(f"SHOW TBLPROPERTIES {table}").collect())
+    assert properties["format-version"] == "2" and properties["write.merge.mode"] == "copy-on-write"
+
+
+def test_commit_conflicts_become_concurrent_run_errors():
+    conflict = RuntimeError("org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can contain records matching true")
+    with pytest.raises(ConcurrentRunError, match="another writer committed") as caught:
+        with conflicts_as_concurrent_run("`lake`.`t`"):
+            raise conflict
+    assert caught.value.__cause__ is conflict
+    assert is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Version 3 already exists"))
+    with pytest.raises(KeyError):  # everything else passes through unchanged
+        with conflicts_as_concurrent_run("`lake`.`t`"):
+            raise KeyError("x")
+
+
+# -- replace -------------------------------------------------------------------------------------
+
+
+def test_replace_whole_table_including_empty_batch(spark, writer, table):
+    spec = WriteSpec(table=table, disposition="replace")
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 2), "b")]), commit=info(1))
+    r2 = writer.write(spec, frame(spark, [(3, D(2024, 1, 3), "c")]), commit=info(2))
+    assert contents(spark, table) == [(3, D(2024, 1, 3), "c")]
+    assert (r2.rows_inserted, r2.rows_deleted, r2.row_count) == (1, 2, 1)
+
+    r3 = writer.write(spec, frame(spark, []), commit=info(3))  # the source is empty now
+    assert contents(spark, table) == []
+    assert (r3.rows_inserted, r3.rows_deleted, r3.row_count) == (0, 1, 0)
+    assert snapshots(spark, table)[-1][2][STATE_PROPERTY] == '{"last_value":3}'
+
+
+# -- window replace ------------------------------------------------------------------------------
+
+
+def test_window_replace_on_an_unpartitioned_table(spark, writer, table):
+    """Rows the source no longer has in the window go; other windows stay; one file spans all."""
+    spec = WriteSpec(table=table, disposition="append")
+    all_rows = [(i, D(2024, 1, d), f"v{i}") for d in (1, 2, 3) for i in (d * 10, d * 10 + 1, d * 10 + 2)]
+    writer.write(spec, frame(spark, all_rows).coalesce(1), commit=info(0))
+    assert int(snapshots(spark, table)[-1][2]["total-data-files"]) == 1  # overwrite(cond) would fail here
+
+    window = WindowReplace("day", D(2024, 1, 2), D(2024, 1, 3))
+    batch = frame(spark, [(20, D(2024, 1, 2), "v20"), (21, D(2024, 1, 2), "changed"), (29, D(2024, 1, 2), "new")])
+    r1 = writer.write(spec, batch, commit=info(1, scope="2024-01-02"), window=window)
+    expected = [r for r in all_rows if r[1] != D(2024, 1, 2)] + [
+        (20, D(2024, 1, 2), "v20"), (21, D(2024, 1, 2), "changed"), (29, D(2024, 1, 2), "new")
+    ]
+    assert contents(spark, table) == sorted(expected)  # 22 is gone, 21 changed, 29 new
+    # net changes: 20 unchanged; 21 (changed) and 22 (gone) deleted, 21' and 29 inserted (no key)
+    assert (r1.rows_inserted, r1.rows_updated, r1.rows_deleted, r1.row_count) == (2, 0, 2, 9)
+    assert json.loads(snapshots(spark, table)[-1][2][STATE_PROPERTY]) == {"last_value": 1}
+
+    # a row outside the window (or NULL there) is refused before the commit
+    before = snapshots(spark, table)
+    outside = frame(spark, [(40, D(2024, 1, 2), "in"), (41, D(2024, 1, 4), "outside")])
+    with pytest.raises(DataShapeError, match="outside the window"):
+        writer.write(spec, outside, commit=info(9), window=window)
+    assert snapshots(spark, table) == before
+
+    # an empty batch clears exactly the window
+    r2 = writer.write(spec, frame(spark, []), commit=info(2), window=window)
+    assert contents(spark, table) == sorted(r for r in all_rows if r[1] != D(2024, 1, 2))
+    assert (r2.rows_inserted, r2.rows_deleted, r2.row_count) == (0, 3, 6)
+    assert len(snapshots(spark, table)) == 3  # one commit per run
+
+
+def test_window_replace_prunes_to_the_touched_day(spark, writer, table):
+    """A window replace of one day in a days(ts)-partitioned table rewrites only that day's file."""
+    spec = WriteSpec(table=table, disposition="replace", partition_by=("days(ts)",))
+    start = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
+    rows = [(i, start + dt.timedelta(days=i % 8), f"v{i}") for i in range(32)]
+    schema = "id bigint, ts timestamp, v string"
+    writer.write(spec, frame(spark, rows, schema), commit=info(0))
+    assert int(snapshots(spark, table)[-1][2]["total-data-files"]) == 8
+
+    day = dt.datetime(2024, 1, 3)  # naive: UTC
+    result = writer.write(
+        spec,
+        frame(spark, [(99, start + dt.timedelta(days=2), "new")], schema),
+        commit=info(1),
+        window=WindowReplace("ts", day, day + dt.timedelta(days=1)),
+    )
+    summary = snapshots(spark, table)[-1][2]
+    assert (summary["changed-partition-count"], summary["deleted-data-files"], summary["added-data-files"]) == ("1", "1", "1")
+    assert (result.rows_inserted, result.rows_deleted, result.row_count) == (1, 4, 29)
+    assert sorted(r[0] for r in contents(spark, table) if r[1].day == 3) == [99]
+
+
+# -- full refresh --------------------------------------------------------------------------------
+
+
+def test_full_refresh_replaces_schema_and_rows_in_one_commit(spark, writer, table):
+    spec = WriteSpec(table=table, disposition="append", partition_by=("day",))
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 2), "b")]), commit=info(1))
+    before = len(snapshots(spark, table))
+    new = spark.createDataFrame([("x", 1.5, D(2024, 2, 1))], "id string, score double, day date")
+    result = writer.write(spec, new, commit=info(2), full_refresh=True)
+    assert result.schema == (("id", "string"), ("score", "double"), ("day", "date"))
+    assert contents(spark, table) == [("x", 1.5, D(2024, 2, 1))]
+    assert (result.rows_inserted, result.rows_deleted, result.row_count) == (1, 2, 1)
+    history = snapshots(spark, table)
+    assert len(history) == before + 1
+    assert history[-1][0] == result.snapshot_id and history[-1][2][STATE_PROPERTY] == '{"last_value":2}'
+    assert writer.read_committed_state(table).run_id == "run-2"
+    spec_rows = spark.sql(f"SELECT partition FROM {table}.`partitions`").collect()
+    assert [r.partition.day for r in spec_rows] == [D(2024, 2, 1)]
+
+
+# -- merge ---------------------------------------------------------------------------------------
+
+
+def _upsert_stand_in(fail_prepare=False, bad_statement=False):
+    """A minimal upsert on `id`, with the real module's seam (prepare_batch / merge_statement)."""
+
+    def prepare_batch(spark, spec, batch, *, run_started_at):
+        if fail_prepare:
+            raise DataShapeError("NULL key in the batch")
+        return batch
+
+    def merge_statement(spec, *, target, source_view, columns, run_started_at, prune=()):
+        on, args = ["t.`id` = s.`id`"], {}
+        for i, (column, lo, hi) in enumerate(prune):
+            if lo is not None:
+                on.append(f"t.{quote(column)} BETWEEN :p{i}_lo AND :p{i}_hi")
+                args.update({f"p{i}_lo": lo, f"p{i}_hi": hi})
+        if bad_statement:
+            on.append("t.`no_such_column` = 1")
+        text = (
+            f"MERGE INTO {target} AS t USING {quote(source_view)} AS s ON {' AND '.join(on)} "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        return text, args
+
+    return SimpleNamespace(prepare_batch=prepare_batch, merge_statement=merge_statement)
+
+
+def test_merge_failure_before_commit_changes_nothing(spark, table):
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    TableWriter(spark, strategies=_upsert_stand_in()).write(
+        spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1)
+    )
+    before = (snapshots(spark, table), contents(spark, table), spark.table(table).schema)
+    new_column = spark.createDataFrame([(1, D(2024, 1, 1), "b", 5)], "id bigint, day date, v string, extra int")
+    for strategies in (_upsert_stand_in(fail_prepare=True), _upsert_stand_in(bad_statement=True)):
+        with pytest.raises(Exception, match="NULL key|no_such_column"):
+            TableWriter(spark, strategies=strategies).write(spec, frame(spark, [(1, D(2024, 1, 1), "b")]), commit=info(2))
+    assert (snapshots(spark, table), contents(spark, table), spark.table(table).schema) == before
+    assert TableWriter(spark).read_committed_state(table).run_id == "run-1"
+    # a failing statement after schema evolution: the data and cursor are unchanged; only the
+    # (nullable, metadata-only) new column stays
+    with pytest.raises(Exception, match="no_such_column"):
+        TableWriter(spark, strategies=_upsert_stand_in(bad_statement=True)).write(spec, new_column, commit=info(3))
+    assert snapshots(spark, table) == before[0] and contents(spark, table) == [(1, D(2024, 1, 1), "a", None)]
+
+
+def test_prunable_partition_columns_are_key_columns():
+    cols = ["id", "day", "ts", "region"]
+
+    def prunable(**kw):
+        return prunable_partition_by(WriteSpec(table="t", disposition="merge", **kw), cols)
+
+    assert prunable(strategy="upsert", primary_key=("id", "day"), partition_by=("day", "days(ts)")) == ["day"]
+    # an updated row may move days: pruning on a non-key column would duplicate it
+    assert prunable(strategy="upsert", primary_key=("id",), partition_by=("days(ts)",)) == []
+    assert prunable(primary_key=("id", "region"), merge_key=("region",), partition_by=("region",)) == ["region"]
+    assert prunable(primary_key=("id",), merge_key=("region",), partition_by=("region",)) == []
+    assert prunable(strategy="scd2", primary_key=("id", "region"), partition_by=("region",)) == []
+    assert prunable(strategy="scd2", merge_key=("region",), partition_by=("region",)) == ["region"]
+
+
+def test_merge_prunes_with_batch_partition_bounds(spark, table):
+    spec = WriteSpec(
+        table=table, disposition="merge", strategy="upsert", primary_key=("id", "day"), partition_by=("day",),
+        table_properties={"write.merge.mode": "copy-on-write"},  # file rewrites show what was pruned
+    )
+    writer = TableWriter(spark, strategies=_upsert_stand_in())
+    rows = [(i, D(2024, 1, 1 + i % 6), f"v{i}") for i in range(24)]
+    writer.write(spec, frame(spark, rows), commit=info(1))
+    batch = frame(spark, [(3, D(2024, 1, 4), "changed"), (100, D(2024, 1, 4), "new")])
+    assert partition_bounds(batch, spec.partition_by) == [("day", D(2024, 1, 4), D(2024, 1, 4))]
+    with_null = frame(spark, [(1, None, "x"), (2, D(2024, 1, 2), "y")])
+    assert partition_bounds(with_null, ["months(day)", "id"]) == [("day", None, None), ("id", 1, 2)]
+    result = writer.write(spec, batch, commit=info(2))
+    summary = snapshots(spark, table)[-1][2]
+    assert (summary["changed-partition-count"], summary["deleted-data-files"], summary["added-data-files"]) == ("1", "1", "1")
+    assert int(summary["deleted-records"]) == 4  # copy-on-write rewrote the day's file ...
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (1, 1, 0)  # ... but 2 rows changed
+    assert (3, D(2024, 1, 4), "changed") in contents(spark, table)
+    assert summary[STATE_PROPERTY] == '{"last_value":2}'
+
+
+def test_merge_on_read_table_counts_exactly(spark, table):
+    """merge-on-read writes delete files; counts still say what the MERGE did, run after run."""
+    spec = WriteSpec(
+        table=table, disposition="merge", strategy="upsert", primary_key=("id",),
+        table_properties={"write.merge.mode": "merge-on-read"},
+    )
+    writer = TableWriter(spark, strategies=_upsert_stand_in())
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b")]), commit=info(1))
+    result = writer.write(spec, frame(spark, [(2, D(2024, 1, 1), "B"), (3, D(2024, 1, 1), "c")]), commit=info(2))
+    assert int(snapshots(spark, table)[-1][2]["added-delete-files"]) == 1
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted, result.row_count) == (1, 1, 0, 3)
+    # the summary of this one also counts the earlier delete file Iceberg rewrites: not used
+    again = writer.write(spec, frame(spark, [(2, D(2024, 1, 1), "B2"), (1, D(2024, 1, 1), "A")]), commit=info(3))
+    assert (again.rows_inserted, again.rows_updated, again.rows_deleted, again.row_count) == (0, 2, 0, 3)
+    assert contents(spark, table) == [(1, D(2024, 1, 1), "A"), (2, D(2024, 1, 1), "B2"), (3, D(2024, 1, 1), "c")]
+
+
+def test_merge_with_the_real_strategies(spark, writer, table):
+    """upsert with hard deletes through merge_strategies: counts from the keys the table held."""
+    spec = WriteSpec(
+        table=table, disposition="merge", strategy="upsert", primary_key=("id",), hard_delete_column="deleted"
+    )
+    schema = "id bigint, v string, deleted boolean"
+    writer.write(spec, frame(spark, [(1, "a", False), (2, "b", False), (3, "c", False)], schema), commit=info(1))
+    result = writer.write(
+        spec, frame(spark, [(1, "a", False), (2, "B", False), (3, None, True), (4, "d", False)], schema), commit=info(2)
+    )
+    assert contents(spark, table) == [(1, "a", False), (2, "B", False), (4, "d", False)]
+    # as MERGE counts: 1 and 2 matched (1 with equal values) = updated, 3 deleted, 4 inserted
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted, result.row_count) == (1, 2, 1, 3)
+    assert [c for c, _ in result.schema] == ["id", "v", "deleted"]  # no helper columns stored
+    assert writer.read_committed_state(table).state == {"last_value": 2}
+
+    # a window on a merge table: replaced by the deduplicated batch (tombstones not inserted)
+    window_result = writer.write(
+        spec,
+        frame(spark, [(5, "e", False), (5, "e2", False), (6, "x", True)], schema),
+        commit=info(3),
+        window=WindowReplace("id", 4, 10),
+    )
+    assert contents(spark, table) == [(1, "a", False), (2, "B", False), (5, "e2", False)]
+    assert (window_result.rows_inserted, window_result.rows_deleted) == (1, 1)
+
+
+def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(spark, writer, table):
+    """A key updated into a later window leaves no old version behind in its earlier window."""
+    spec = WriteSpec(
+        table=table, disposition="merge", strategy="delete-insert", primary_key=("id",),
+        hard_delete_column="deleted", cursor_column="day",
+    )
+    schema = "id bigint, day date, v string, deleted boolean"
+    d = dt.date
+    writer.write(
+        spec,
+        frame(spark, [(1, d(2024, 1, 1), "a", False), (2, d(2024, 1, 1), "b", False), (3, d(2024, 1, 2), "c", False)], schema),
+        commit=info(1),
+    )
+    # the source now has id 1 updated on day 5 and id 2 deleted (its tombstone sits on day 5)
+    writer.write(
+        spec,
+        frame(spark, [(1, d(2024, 1, 5), "a2", False), (2, d(2024, 1, 5), None, True)], schema),
+        commit=info(2),
+        window=WindowReplace("day", d(2024, 1, 5), d(2024, 1, 6)),
+    )
+    assert contents(spark, table) == [(1, d(2024, 1, 5), "a2", False), (3, d(2024, 1, 2), "c", False)]
+
+
+# -- hostile identifiers -------------------------------------------------------------------------
+
+HOSTILE = ["select", "from", "a`b", "it's", "two words"]
+
+
+def test_hostile_identifiers_round_trip(spark, writer):
+    table = table_name("lake", "we'ird ns", ["it's", "a`b table"])
+    schema = ", ".join(f"{quote(c)} {t}" for c, t in zip(HOSTILE, ["bigint", "date", "string", "string", "double"]))
+    spec = WriteSpec(table=table, disposition="append", partition_by=("from",))
+
+    def rows(*ids):
+        return [(i, D(2024, 1, 1 + i % 2), f"x`{i}", f"it's {i}", i / 2) for i in ids]
+
+    writer.write(spec, spark.createDataFrame(rows(1, 2), schema), commit=info(1))
+    assert [c for c, _ in writer.write(spec, spark.createDataFrame(rows(3), schema), commit=info(2)).schema] == HOSTILE
+    assert contents(spark, table) == sorted(rows(1, 2, 3))
+
+    # window replace on the `from` column
+    window = WindowReplace("from", D(2024, 1, 2), D(2024, 1, 3))  # ids 1 and 3
+    writer.write(spec, spark.createDataFrame(rows(5), schema), commit=info(3), window=window)
+    assert contents(spark, table) == sorted(rows(2, 5))
+
+    # merge with the real strategies, keyed on `select`, pruned on `from`
+    merge = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("select",), partition_by=("from",))
+    changed = [(2, D(2024, 1, 1), "changed", "it's", 0.0)]
+    result = writer.write(merge, spark.createDataFrame(changed + rows(7), schema), commit=info(4))
+    assert contents(spark, table) == sorted(changed + rows(5, 7))
+    assert (result.rows_inserted, result.rows_updated) == (1, 1)
+
+    # replace, and a new hostile column via schema evolution
+    replace = WriteSpec(table=table, disposition="replace")
+    extra = spark.createDataFrame([(9, "v")], "`select` bigint, `where``s` string")
+    result = writer.write(replace, extra, commit=info(5))
+    assert [c for c, _ in result.schema] == [*HOSTILE, "where`s"]
+    assert contents(spark, table) == [(9, None, None, None, None, "v")]
+    assert writer.read_committed_state(table).run_id == "run-5"
+    assert spark.table(table).where(F.col(quote("where`s")) == "v").count() == 1
+
+
+# -- merge-on-read and its compaction --------------------------------------------------------------
+
+
+def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_cursor(spark, writer, table):
+    from dagster_incremental.spark import maintenance
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer.write(spec, frame(spark, [(i, D(2024, 1, 1), "a") for i in range(20)]), commit=info(1))
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    assert properties["write.merge.mode"] == "merge-on-read"
+    for n in range(2, 5):
+        result = writer.write(spec, frame(spark, [(n, D(2024, 1, n), "b"), (100 + n, D(2024, 1, n), "new")]), commit=info(n))
+        assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (1, 1, 0)
+    # Iceberg keeps one delete file per data file: 3 deleted positions, 13 % of the rows
+    assert (result.delete_files, result.position_deletes, result.row_count) == (1, 3, 23)
+    assert not maintenance.needs_compaction(result)  # 13 % of a tiny table: not worth a rewrite
+    big = dataclasses.replace(result, row_count=90_000, position_deletes=10_000)
+    assert maintenance.needs_compaction(big)
+    assert not maintenance.needs_compaction(dataclasses.replace(big, row_count=200_000))  # 5 %
+    assert maintenance.needs_compaction(dataclasses.replace(result, delete_files=maintenance.COMPACT_AT_DELETE_FILES))
+    before = contents(spark, table)
+
+    maintenance.compact(spark, table)
+    assert contents(spark, table) == before
+    assert int(snapshots(spark, table)[-1][2].get("total-delete-files", 0)) == 0
+    assert writer.read_committed_state(table).state == {"last_value": 4}  # a compaction carries no cursor
+    after = writer.write(spec, frame(spark, [(2, D(2024, 1, 9), "c")]), commit=info(5))
+    assert (after.rows_inserted, after.rows_updated, after.row_count) == (0, 1, 23)
+
+
+def test_a_table_created_by_someone_else_meanwhile_is_merged_into_not_recreated(spark, writer, table, monkeypatch):
+    """CREATE TABLE AS SELECT for a new table loses the race to another creator: merge instead."""
+    import dagster_incremental.spark.writer as tw
+
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1))  # the other creator
+    monkeypatch.setattr(tw, "table_exists", lambda spark, name: False)  # this run looked before it
+    result = writer.write(spec, frame(spark, [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]), commit=info(2))
+    assert (result.rows_inserted, result.rows_updated, result.row_count) == (1, 1, 2)
+    assert contents(spark, table) == [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]
+    assert writer.read_committed_state(table).state == {"last_value": 2}
