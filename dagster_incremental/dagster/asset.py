@@ -529,8 +529,8 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     kwargs = dict(asset_kwargs)
     if settings.partitions_def is not None:
         kwargs.setdefault("backfill_policy", dg.BackfillPolicy.single_run())
-    # Runs of one incremental asset must not interleave read-cursor and commit: each asset gets
-    # its own pool (limit it to 1 in dagster.yaml); the IO manager also refuses a stale writer.
+    # Each asset gets its own pool: limited to 1 in dagster.yaml, runs of one asset wait their
+    # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
     kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
     kwargs.setdefault("kinds", {"spark", "iceberg"})
 

@@ -7,6 +7,8 @@ what the commit did as materialization metadata (README: "What you see").
 
 from __future__ import annotations
 
+import contextlib
+
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -231,9 +233,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                     )
                 tw = context.asset_partitions_time_window
                 window = WindowReplace(column=column, start=tw.start, end=tw.end)
-            result = self.writer.write(
-                spec, obj, commit=CommitInfo(state=None, run_id=context.run_id), window=window
-            )
+            with self._commit_lock(spec.table):
+                result = self.writer.write(
+                    spec, obj, commit=CommitInfo(state=None, run_id=context.run_id), window=window
+                )
             context.add_output_metadata(_result_metadata(spec.table, result))
             return
         raise IncrementalConfigError(
@@ -250,17 +253,35 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 _result_metadata(obj.spec.table, self._unchanged(obj.spec.table), obj.column_descriptions)
             )
             return
-        result = self.writer.write(
-            obj.spec,
-            obj.data,
-            commit=obj.commit,
-            window=obj.window,
-            full_refresh=obj.full_refresh,
-            run_started_at=obj.run_started_at,
-            deduplicated=obj.deduplicated,
-        )
+        with self._commit_lock(obj.spec.table):
+            # Compare-and-set: checked again under the table's lock, so no other run can commit
+            # between this check and this run's commit.
+            if obj.check_stale:
+                self._refuse_stale_writer(context, obj)
+            result = self.writer.write(
+                obj.spec,
+                obj.data,
+                commit=obj.commit,
+                window=obj.window,
+                full_refresh=obj.full_refresh,
+                run_started_at=obj.run_started_at,
+                deduplicated=obj.deduplicated,
+            )
+            self._compact_if_needed(context, obj.spec.table, result)
         context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
-        self._compact_if_needed(context, obj.spec.table, result)
+
+    def _commit_lock(self, table: str):
+        """The table's cross-process commit lock when its catalog keeps it in local (or mounted)
+        files; elsewhere the catalog's own commit is the only guard (see README, Concurrency)."""
+        from dagster_incremental.spark.commit_lock import table_commit_lock
+        from dagster_incremental.spark.sql import split_identifier
+        from dagster_incremental.spark.table_metadata import hadoop_table_location
+
+        parts = split_identifier(table)
+        location = hadoop_table_location(self._spark_conf(), parts[0], parts[1:])
+        if location is None:
+            return contextlib.nullcontext()
+        return table_commit_lock(location.parents[len(parts) - 2], parts[1:])
 
     def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and
@@ -288,8 +309,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             raise ConcurrentRunError(
                 f"asset {context.asset_key.to_user_string()}: another run ({other}) committed to "
                 f"{batch.spec.table.replace('`', '')} after this run read its cursor, so this run wrote "
-                "nothing. Runs of one incremental asset must take turns: limit its concurrency pool "
-                "to 1 (dagster.yaml: `concurrency: {pools: {default_limit: 1}}`), then re-run."
+                "nothing (a run commits only if the table still holds the snapshot it read its cursor "
+                "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "
+                "turn instead of failing, limit its concurrency pool to 1 (dagster.yaml: "
+                "`concurrency: {pools: {default_limit: 1}}`)."
             )
         return current
 

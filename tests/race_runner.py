@@ -1,0 +1,86 @@
+"""Materialize the race assets in rounds until the source stops growing, in its own process.
+
+Used by tests/test_race_without_pool.py, which starts several of these at once on one Dagster
+instance with no concurrency pool. The source is a function of the clock, so every process sees
+the same rows at the same moment:
+    RACE_T0, RACE_TICK, RACE_END   tick k (k < RACE_END) exists from RACE_T0 + k * RACE_TICK on
+    RACE_CONFIG, RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
+Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+STRATEGIES = ("append", "upsert", "delete-insert", "scd2")
+
+
+def ticks_now(t0: float, tick: float, end: int) -> int:
+    return max(0, min(end, int((time.time() - t0) / tick) + 1))
+
+
+def source_rows(strategy: str, ticks: int) -> list[dict]:
+    """Two rows per tick sharing its cursor value; keyed strategies revisit a few keys."""
+    rows = []
+    for k in range(ticks):
+        ids = (2 * k, 2 * k + 1) if strategy == "append" else (k % 5, 5 + k % 3)
+        rows += [{"id": i, "amount": k, "updated": k} for i in ids]
+    return rows
+
+
+def asset_name(strategy: str) -> str:
+    return "race_" + strategy.replace("-", "_")
+
+
+def main() -> int:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import dagster as dg
+
+    from attack_support import QUIET, source_asset
+    from dagster_incremental import SparkTableIOManager
+
+    t0, tick, end = float(os.environ["RACE_T0"]), float(os.environ["RACE_TICK"]), int(os.environ["RACE_END"])
+    assets = [
+        source_asset(asset_name(s), os.environ["RACE_CONFIG"], s,
+                     lambda s=s: source_rows(s, ticks_now(t0, tick, end)),
+                     merge_key="id" if s == "scd2" else None)
+        for s in STRATEGIES
+    ]
+    io = SparkTableIOManager(
+        catalog="lake", namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
+        master="local[1]",
+        spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1"},
+    )
+    deadline = t0 + end * tick
+    with dg.DagsterInstance.get() as instance:
+        while True:
+            last = time.time() > deadline  # one more round after the source stopped growing
+            result = dg.materialize(assets, instance=instance, resources={"io_manager": io},
+                                    run_config=QUIET, raise_on_error=False)
+            _report(result)
+            if last:
+                return 0
+            time.sleep(random.random() * 0.5)
+
+
+def _report(result) -> None:
+    for event in result.all_events:
+        if event.is_step_success:
+            print(f"STEP_OK {event.step_key}", flush=True)
+        elif event.is_step_failure:
+            error, text = event.step_failure_data.error, []
+            while error is not None:
+                text.append(error.message.replace("\n", " "))
+                error = error.cause
+            print(f"STEP_FAILED {event.step_key} " + " | ".join(text), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Four processes materialize the same four assets at once, round after round, with no
+concurrency pool: each commit is a compare-and-set on the snapshot its run read, so no row is
+doubled or lost, the cursor ends at the source's high-water mark, and a run that lost a race
+fails saying another run committed first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.instance import DagsterInstance, InstanceRef
+
+from attack_support import committed_states, dagster_state, failure_text, io_manager_for, materialize, rows, scd2_rows, source_asset, table_id, write_config
+from race_runner import STRATEGIES, asset_name, source_rows
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parent.parent
+PROCESSES = 4
+TICK = 0.1  # seconds per source tick
+END = 250  # ticks: the source grows for 25 s once the race starts
+
+
+@pytest.fixture(scope="module")
+def race(spark, spark_warehouse, tmp_path_factory):
+    base = tmp_path_factory.mktemp("race_no_pool")
+    home = base / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # no pool limit anywhere
+    namespace = "race_" + uuid.uuid4().hex[:8]
+    config = write_config(base / "config.toml", spark_warehouse, namespace)
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))):
+        pass  # create the instance's databases once, before four processes open them at once
+    t0 = time.time() + 20  # the processes' JVMs start first, so they race from the first tick
+    env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_WAREHOUSE=spark_warehouse,
+               RACE_NAMESPACE=namespace, RACE_T0=str(t0), RACE_TICK=str(TICK), RACE_END=str(END),
+               SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "race_runner.py")], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(PROCESSES)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    io = io_manager_for(spark_warehouse, namespace)
+    full = {s: source_rows(s, END) for s in STRATEGIES}
+    assets = {s: source_asset(asset_name(s), config, s, lambda s=s: full[s], merge_key="id" if s == "scd2" else None)
+              for s in STRATEGIES}
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+        for s in STRATEGIES:
+            spark.sql(f"REFRESH TABLE {table_id(io, asset_name(s))}")  # other processes wrote the tables
+        yield instance, io, assets, full, outs
+
+
+def _steps(outs, name: str) -> list[str]:
+    return [line for out, _ in outs for line in out.splitlines() if line.split(" ")[:2][-1:] == [name]]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_racing_processes_double_and_lose_no_row(strategy, spark, race):
+    instance, io, assets, full, outs = race
+    name = asset_name(strategy)
+    steps = _steps(outs, name)
+    logs = "\n".join(out[-3000:] + err[-3000:] for out, err in outs)
+    assert sum(s.startswith("STEP_OK") for s in steps) >= PROCESSES, f"too few successful runs:\n{logs}"
+    for line in steps:
+        if line.startswith("STEP_FAILED"):  # a lost race, and only that, fails a run
+            assert "another run" in line and "committed" in line, line
+
+    # a last run after the source stopped growing finds nothing new: everything was loaded
+    final = dg.materialize([assets[strategy]], instance=instance, resources={"io_manager": io},
+                           run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                           raise_on_error=False)
+    assert final.success, failure_text(final)
+    expected = _expected(strategy, full[strategy])
+    if strategy == "scd2":
+        active, retired = scd2_rows(spark, io, name, ["id", "amount", "updated"])
+        assert active == expected, "an active version was lost or doubled"
+        versions = Counter(active + retired)
+        assert max(versions.values()) == 1, "a version was loaded twice"
+    else:
+        got = rows(spark, io, name, ["id", "amount", "updated"])
+        assert got == expected, f"{len(got)} rows, {len(expected)} expected: a row was lost or doubled"
+    assert committed_states(spark, io, name)[-1]["last_value"] == END - 1
+    assert dagster_state(instance, name)["last_value"] == END - 1
+
+
+def test_the_processes_did_race(race):
+    """Guards the test itself: runs did lose races (else it would prove nothing)."""
+    _, _, _, _, outs = race
+    lost = [line for out, _ in outs for line in out.splitlines() if line.startswith("STEP_FAILED")]
+    assert lost, "no run lost a race: the processes did not overlap"
+
+
+def _expected(strategy: str, source: list[dict]) -> list[tuple]:
+    if strategy == "append":
+        return sorted(((r["id"], r["amount"], r["updated"]) for r in source), key=repr)
+    latest = {}
+    for r in source:
+        latest[r["id"]] = (r["id"], r["amount"], r["updated"])
+    return sorted(latest.values(), key=repr)
