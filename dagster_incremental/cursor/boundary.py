@@ -109,7 +109,7 @@ def _short(row: Any, limit: int = 300) -> str:
 class Boundary:
     """The keys of the rows at cursor key `value` that are loaded; `overflow`: too many to keep.
 
-    `value` is a key (see cursor_values); the state stores it in canonical form.
+    `value` is a key (see values.py); the state stores it in canonical form.
     """
 
     value: Any

@@ -21,7 +21,7 @@ import dagster as dg
 
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
-from dagster_incremental.cursor.incremental import Incremental, IncrementalSpec, incremental
+from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.secrets import Redactor, Secrets, SecretsFile, function_arguments
 from dagster_incremental.spark.sql import qualified
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
