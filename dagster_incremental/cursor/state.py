@@ -156,29 +156,35 @@ def _dedup_key(raw: Any) -> DedupKey | None:
 class AssetState:
     """An asset's stored state: its cursors' states plus the keys the table was written under.
 
-    Layout: one cursor (or none, keyed None) stores its state's keys at the top level; several
-    store one object per argument name. An asset without a cursor stores `{"last_value": null}`.
+    Layout: one cursor stores its state's keys at the top level (`several` False); several store
+    one object per argument name. An asset without a cursor stores `{"last_value": null}`.
     """
 
     cursors: Mapping[str | None, CursorState | None]
+    several: bool
     write_keys: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, cursors: Mapping[str, CursorState | None], write_keys: Mapping[str, Any] | None = None) -> AssetState:
+        """The state a run leaves: one entry per incremental argument."""
+        return cls(dict(cursors), len(cursors) > 1, write_keys)
 
     def cursor(self, name: str | None) -> CursorState | None:
         """The state of argument `name` (the only cursor's, whatever the name, when flat)."""
-        if len(self.cursors) == 1:
-            return next(iter(self.cursors.values()))
+        if not self.several:
+            return next(iter(self.cursors.values()), None)
         return self.cursors.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        if len(self.cursors) > 1:
-            out: dict[str, Any] = {n: s.to_dict() for n, s in self.cursors.items() if s is not None}
+        if self.several:
+            out: dict[str, Any] = {n: s.to_dict() if s is not None else None for n, s in self.cursors.items()}
         elif self.cursors:
             only = next(iter(self.cursors.values()))
             out = only.to_dict() if only is not None else {}
         else:
             out = {"last_value": None}
         if self.write_keys is not None:
-            out[WRITE_KEYS] = self.write_keys
+            out[WRITE_KEYS] = copy.deepcopy(dict(self.write_keys))
         return out
 
     def to_json(self) -> str:
@@ -187,17 +193,18 @@ class AssetState:
     @classmethod
     def from_dict(cls, raw: Any, names: Sequence[str]) -> AssetState:
         """Read the state of an asset whose incremental arguments are `names`; None: no state."""
+        several = len(names) > 1
         if raw is None:
-            return cls({n: None for n in names})
+            return cls({}, several)
         if not isinstance(raw, Mapping):
             raise _malformed("the asset's state", raw, "a JSON object")
         write_keys = raw.get(WRITE_KEYS)
         _check(WRITE_KEYS, write_keys, Mapping, "an object")
-        if len(names) <= 1:
+        if not several:
             body = {k: v for k, v in raw.items() if k != WRITE_KEYS}
-            return cls({names[0] if names else None: CursorState.from_dict(body)}, write_keys)
-        parts = {n: CursorState.from_dict(raw[n]) if isinstance(raw.get(n), Mapping) else None for n in names}
-        return cls(parts, write_keys)
+            return cls({names[0] if names else None: CursorState.from_dict(body)}, several, write_keys)
+        parts = {n: CursorState.from_dict(raw[n]) if raw[n] is not None else None for n in names if n in raw}
+        return cls(parts, several, write_keys)
 
     @classmethod
     def from_json(cls, text: str, names: Sequence[str]) -> AssetState:
