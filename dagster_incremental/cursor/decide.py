@@ -1,23 +1,23 @@
-"""THE filtering algorithm, as pure functions over a key array (see values.py).
-
-Dict rows, pages, Arrow tables/batches and pandas frames all reach `decide` as one key array per
-batch (dlt's two drifting algorithms, per-row for dicts and per-batch for Arrow, are what this
-avoids). `filter_spark` expresses the same decision as Spark columns. The only per-value loop is
-`decide_callable`, because a callable last_value_func must be called per value by nature.
-
-Semantics (direction "max"; "min" mirrors every comparison):
-- NULL/missing cursor: on_cursor_value_missing raise | include (kept, never moves last_value) |
-  exclude (dropped);
-- end filter: < end (range_end open) or <= end (closed);
-- start filter: >= start (range_start closed) or > start (open);
-- boundary dedup: a row with cursor == start whose dedup key is in the stored boundary set is
-  dropped; a newer version of the same key (cursor > start) is never touched (dlt bug INC-56);
-- last_value = max(previous last_value, kept in-range values);
-- the boundary set of the new max is tracked (bounded, see boundary.py), hashing only rows at
-  the start value and rows at the batch max.
+"""THE filtering algorithm as pure functions over a key array: dicts, pages, Arrow and pandas all
+reach `decide` as one key array per batch, so the input kinds cannot drift apart.
 """
 
 from __future__ import annotations
+
+# dlt's two drifting algorithms (per-row for dicts, per-batch for Arrow) are what this avoids.
+# `filter_spark` expresses the same decision as Spark columns. The only per-value loop is
+# `decide_callable`, because a callable last_value_func must be called per value by nature.
+#
+# Semantics (direction "max"; "min" mirrors every comparison):
+# - NULL/missing cursor: on_cursor_value_missing raise | include (kept, never moves last_value) |
+#   exclude (dropped);
+# - end filter: < end (range_end open) or <= end (closed);
+# - start filter: >= start (range_start closed) or > start (open);
+# - boundary dedup: a row with cursor == start whose dedup key is in the stored boundary set is
+#   dropped; a newer version of the same key (cursor > start) is never touched (dlt bug INC-56);
+# - last_value = max(previous last_value, kept in-range values);
+# - the boundary set of the new max is tracked (bounded, see boundary.py), hashing only rows at
+#   the start value and rows at the batch max.
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field

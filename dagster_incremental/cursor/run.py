@@ -1,7 +1,5 @@
-"""The bound run of a cursor (`spec.bind(state)` -> `IncrementalRun`): the per-run values.
-
-It owns what changes during a run (the live last_value, the boundary keys, the out-of-range flags)
-and filters every input kind through the one decision in decide.py.
+"""The bound run (`spec.bind(state)` -> `IncrementalRun`): it owns what changes during a run (live
+last_value, boundary keys, out-of-range flags) and filters every input kind through decide.py.
 """
 
 from __future__ import annotations

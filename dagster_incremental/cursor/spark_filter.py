@@ -1,13 +1,14 @@
-"""The decide.py decision as lazy pyspark Column expressions (the only engine module with Spark).
-
-Why: a Spark DataFrame must never be collected to the driver to be filtered. The kept rows are a
-lazy `where(...)`; the new last_value, the NULL / bad-value checks and the out-of-range flags come
-from ONE aggregate; the boundary keys of the new max from one small job (limit cap+1). Boundary
-dedup at the start value splits the frame into the rows at the start value (keyed by a pandas_udf
-running the SAME Python key function as every other input kind) and the rest, then unions them.
+"""The decide.py decision as lazy pyspark Column expressions: a Spark DataFrame must never be
+collected to the driver to be filtered.
 """
 
 from __future__ import annotations
+
+# The kept rows are a lazy `where(...)`; the new last_value, the NULL / bad-value checks and the
+# out-of-range flags come from ONE aggregate; the boundary keys of the new max from one small job
+# (limit cap+1). Boundary dedup at the start value splits the frame into the rows at the start
+# value (keyed by a pandas_udf running the SAME Python key function as every other input kind) and
+# the rest, then unions them.
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 

@@ -1,20 +1,18 @@
-"""The cursor as an asset function declares it: `incremental(...)` -> a frozen, validated `IncrementalSpec`.
-
-`Incremental` is what a parameter is annotated with; both the spec and its bound run (`run.py`) are
-one, so the annotation type-checks whether the parameter holds the default spec or the run.
-
-Why two classes: dlt's `Incremental` is config, transform, state and scheduler at once. Here the
-spec is a frozen value (safe to share, to put in a signature default, to `replace`), and
-`spec.bind(state)` returns the run that owns the per-run mutable values.
-
-Example:
-    spec = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id")
-    run = spec.bind(previous_state)          # None on the first run
-    rows = run.filter(fetch(since=run.start_value))
-    save(rows, state=run.state)              # persist run.state together with the data
+"""The cursor as declared: `incremental(...)` -> a frozen, validated `IncrementalSpec`, and
+`Incremental`, the type an asset's parameter is annotated with (the spec or its bound run).
 """
 
 from __future__ import annotations
+
+# Why two classes: dlt's `Incremental` is config, transform, state and scheduler at once. Here the
+# spec is a frozen value (safe to share, to put in a signature default, to `replace`), and
+# `spec.bind(state)` returns the run that owns the per-run mutable values.
+#
+# Example:
+#     spec = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id")
+#     run = spec.bind(previous_state)          # None on the first run
+#     rows = run.filter(fetch(since=run.start_value))
+#     save(rows, state=run.state)              # persist run.state together with the data
 
 import abc
 import dataclasses

@@ -1,7 +1,5 @@
-"""The cursor state as typed values: the one place that knows the stored JSON's keys and versions.
-
-A run's state lands in the table's snapshot summary and in Dagster's materialization metadata;
-both are read back by later runs, sensors and healing, so the layout is defined (and checked) once.
+"""The cursor state as typed values: the one place that knows the stored JSON's keys and versions,
+read back by later runs, sensors and healing from table commits and Dagster metadata.
 """
 
 from __future__ import annotations
