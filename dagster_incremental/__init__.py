@@ -11,14 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# The pure cursor engine is imported eagerly: importing its submodule would otherwise shadow the
-# lazily exported function `incremental` with the module of the same name.
-from dagster_incremental.cursor.incremental import (  # noqa: E402
-    Incremental,
-    IncrementalRun,
-    IncrementalSpec,
-    incremental,
-)
+# The pure cursor engine is imported eagerly (it loads neither Dagster nor Spark).
+from dagster_incremental.cursor.run import IncrementalRun  # noqa: E402
+from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental  # noqa: E402
 
 _EXPORTS: dict[str, str] = {
     # config.toml

@@ -35,12 +35,14 @@ def prepare_dagster_home() -> Path:
 
 
 def summarize(result) -> list[str]:
+    from dagster_incremental.cursor.state import CursorState
+
     lines = []
     for event in result.get_asset_materialization_events():
         mat = event.materialization
         meta = {k: v.value for k, v in mat.metadata.items()}
         state = meta.get("dagster_incremental/state") or {}
-        last = state.get("last_value") if isinstance(state, dict) else None
+        last = CursorState.from_dict(state).last_value if isinstance(state, dict) else None
         part = f" [{mat.partition}]" if mat.partition else ""
         lines.append(
             f"  {mat.asset_key.to_user_string()}{part}: {meta.get('dagster/row_count', '?')} rows "

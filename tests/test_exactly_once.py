@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.cursor.incremental import incremental
+from dagster_incremental.cursor.spec import incremental
 
 PROFILE = os.environ.get("DI_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in ("ci", "large"):

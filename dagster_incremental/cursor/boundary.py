@@ -1,18 +1,19 @@
-"""Boundary dedup: which rows *at* the high-water mark were already loaded.
-
-Why bounded: dlt keeps one hash per row sharing the max cursor value, forever growing the state
-(dlt issues #4030, #2580, #2186: states of 100 MB). Here at most BOUNDARY_KEY_LIMIT keys are kept;
-beyond that the set is dropped and flagged `overflow`. The next run then keeps *every* row at the
-start value (it never loses one) and tells the writer (`IncrementalRun.boundary_unverified`) to
-anti-join those rows against the table instead.
-
-Keys are the primary-key values as canonical JSON, or a sha256 of the canonical JSON of the whole
-row. Canonical JSON makes the same row give the same key from dicts, Arrow, pandas and Spark:
-keys sorted, None/NaN fields dropped, datetimes as UTC ISO with microseconds, integral floats as
-ints (pandas and Spark turn nullable ints into floats).
+"""Boundary dedup: which rows *at* the high-water mark were already loaded, kept as a bounded set
+(at most BOUNDARY_KEY_LIMIT keys) made by one key function for every input kind.
 """
 
 from __future__ import annotations
+
+# Why bounded: dlt keeps one hash per row sharing the max cursor value, forever growing the state
+# (dlt issues #4030, #2580, #2186: states of 100 MB). Here at most BOUNDARY_KEY_LIMIT keys are kept;
+# beyond that the set is dropped and flagged `overflow`. The next run then keeps *every* row at the
+# start value (it never loses one) and tells the writer (`IncrementalRun.boundary_unverified`) to
+# anti-join those rows against the table instead.
+#
+# Keys are the primary-key values as canonical JSON, or a sha256 of the canonical JSON of the whole
+# row. Canonical JSON makes the same row give the same key from dicts, Arrow, pandas and Spark:
+# keys sorted, None/NaN fields dropped, datetimes as UTC ISO with microseconds, integral floats as
+# ints (pandas and Spark turn nullable ints into floats).
 
 import datetime as dt
 import hashlib
@@ -109,7 +110,7 @@ def _short(row: Any, limit: int = 300) -> str:
 class Boundary:
     """The keys of the rows at cursor key `value` that are loaded; `overflow`: too many to keep.
 
-    `value` is a key (see cursor_values); the state stores it in canonical form.
+    `value` is a key (see values.py); the state stores it in canonical form.
     """
 
     value: Any

@@ -1,26 +1,26 @@
-"""THE filtering algorithm, as pure functions over a key array (see cursor_values).
-
-Dict rows, pages, Arrow tables/batches and pandas frames all reach `decide` as one key array per
-batch (dlt's two drifting algorithms, per-row for dicts and per-batch for Arrow, are what this
-avoids). `filter_spark` expresses the same decision as Spark columns. The only per-value loop is
-`decide_callable`, because a callable last_value_func must be called per value by nature.
-
-Semantics (direction "max"; "min" mirrors every comparison):
-- NULL/missing cursor: on_cursor_value_missing raise | include (kept, never moves last_value) |
-  exclude (dropped);
-- end filter: < end (range_end open) or <= end (closed);
-- start filter: >= start (range_start closed) or > start (open);
-- boundary dedup: a row with cursor == start whose dedup key is in the stored boundary set is
-  dropped; a newer version of the same key (cursor > start) is never touched (dlt bug INC-56);
-- last_value = max(previous last_value, kept in-range values);
-- the boundary set of the new max is tracked (bounded, see boundary.py), hashing only rows at
-  the start value and rows at the batch max.
+"""THE filtering algorithm as pure functions over a key array: dicts, pages, Arrow and pandas all
+reach `decide` as one key array per batch, so the input kinds cannot drift apart.
 """
 
 from __future__ import annotations
 
+# dlt's two drifting algorithms (per-row for dicts, per-batch for Arrow) are what this avoids.
+# `filter_spark` expresses the same decision as Spark columns. The only per-value loop is
+# `decide_callable`, because a callable last_value_func must be called per value by nature.
+#
+# Semantics (direction "max"; "min" mirrors every comparison):
+# - NULL/missing cursor: on_cursor_value_missing raise | include (kept, never moves last_value) |
+#   exclude (dropped);
+# - end filter: < end (range_end open) or <= end (closed);
+# - start filter: >= start (range_start closed) or > start (open);
+# - boundary dedup: a row with cursor == start whose dedup key is in the stored boundary set is
+#   dropped; a newer version of the same key (cursor > start) is never touched (dlt bug INC-56);
+# - last_value = max(previous last_value, kept in-range values);
+# - the boundary set of the new max is tracked (bounded, see boundary.py), hashing only rows at
+#   the start value and rows at the batch max.
+
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,17 @@ class CallableSpec:
     start_set: Boundary | None
 
 
+@dataclass
+class _Walk:
+    """What one pass of decide_callable carries from row to row."""
+
+    last: Any
+    moved: bool = False
+    at_last: list[int] = field(default_factory=list)
+    start_oor: bool = False
+    end_oor: bool = False
+
+
 def decide_callable(
     values: Sequence[Any],
     spec: CallableSpec,
@@ -163,13 +174,8 @@ def decide_callable(
     type_error: Callable[[int, Exception], Exception],
 ) -> Decision:
     """dlt's per-row algorithm with every comparison made through `spec.func` (as dlt does)."""
-    f = spec.func
     keep = np.zeros(len(values), dtype=bool)
-    last = cursor.last
-    boundary = cursor.boundary
-    moved = False
-    at_last: list[int] = []
-    start_oor = end_oor = False
+    walk = _Walk(cursor.last)
     for i, v in enumerate(values):
         if v is MISSING or v is None:
             if spec.on_missing == "raise":
@@ -177,48 +183,58 @@ def decide_callable(
             keep[i] = spec.on_missing == "include"
             continue
         try:
-            if spec.end is not None:
-                if f((v, spec.end)) != spec.end or (not spec.end_closed and f((v,)) == spec.end):
-                    end_oor = True
-                    continue
-            new = f((v, last)) if last is not None else f((v,))
-            if last is not None and new == last:
-                p = f((v,))
-                if spec.start is not None:
-                    if spec.start_open and p == spec.start:
-                        start_oor = True
-                        continue
-                    if f((v, spec.start)) == spec.start:
-                        if p != spec.start:
-                            start_oor = True
-                            continue
-                        if spec.start_set is not None and spec.start_set.contains(
-                            dedup_keys(np.array([i]))[0]
-                        ):
-                            start_oor = True
-                            continue
-                if p == last:
-                    at_last.append(i)
-            else:
-                last = new
-                moved = True
-                at_last = [i]
+            keep[i] = _step(spec, walk, i, v, dedup_keys)
         except (TypeError, ValueError) as e:  # incomparable values inside the user's function
             raise type_error(i, e) from e
-        keep[i] = True
+    boundary = _callable_boundary(spec, cursor.boundary, walk, dedup_keys)
+    return Decision(keep, Cursor(walk.last, boundary), walk.start_oor, walk.end_oor)
+
+
+def _step(spec: CallableSpec, walk: _Walk, i: int, v: Any, dedup_keys: Callable[[np.ndarray], list[str]]) -> bool:
+    """Whether row i (cursor value v, not missing) is kept; moves `walk` along."""
+    f = spec.func
+    if spec.end is not None:
+        if f((v, spec.end)) != spec.end or (not spec.end_closed and f((v,)) == spec.end):
+            walk.end_oor = True
+            return False
+    last = walk.last
+    new = f((v, last)) if last is not None else f((v,))
+    if last is None or new != last:
+        walk.last, walk.moved, walk.at_last = new, True, [i]
+        return True
+    p = f((v,))
+    if spec.start is not None:
+        if spec.start_open and p == spec.start:
+            walk.start_oor = True
+            return False
+        if f((v, spec.start)) == spec.start:
+            if p != spec.start or (
+                spec.start_set is not None and spec.start_set.contains(dedup_keys(np.array([i]))[0])
+            ):
+                walk.start_oor = True
+                return False
+    if p == last:
+        walk.at_last.append(i)
+    return True
+
+
+def _callable_boundary(
+    spec: CallableSpec, boundary: Boundary | None, walk: _Walk, dedup_keys: Callable[[np.ndarray], list[str]]
+) -> Boundary | None:
+    """The boundary of the new last value after a pass (bounded like every other kind's)."""
     cap = _boundary.BOUNDARY_KEY_LIMIT
-    if spec.dedup and last is not None and at_last:
-        idx = np.array(at_last)
-        base = Boundary(None) if moved or boundary is None or boundary.value != last else boundary
+    last = walk.last
+    if spec.dedup and last is not None and walk.at_last:
+        idx = np.array(walk.at_last)
+        base = Boundary(None) if walk.moved or boundary is None or boundary.value != last else boundary
         if base.value is None:
             keys = dedup_keys(idx) if len(idx) <= cap else []
-            boundary = Boundary(last, frozenset(keys), len(idx) > cap)
-        elif base.overflow or len(idx) > cap:
-            boundary = Boundary(last, frozenset(), True)
-        else:
-            merged = base.keys | frozenset(dedup_keys(idx))
-            over = len(merged) > cap
-            boundary = Boundary(last, frozenset() if over else merged, over)
-    elif moved:
-        boundary = Boundary(last) if spec.dedup else boundary
-    return Decision(keep, Cursor(last, boundary), start_oor, end_oor)
+            return Boundary(last, frozenset(keys), len(idx) > cap)
+        if base.overflow or len(idx) > cap:
+            return Boundary(last, frozenset(), True)
+        merged = base.keys | frozenset(dedup_keys(idx))
+        over = len(merged) > cap
+        return Boundary(last, frozenset() if over else merged, over)
+    if walk.moved:
+        return Boundary(last) if spec.dedup else boundary
+    return boundary

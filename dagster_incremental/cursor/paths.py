@@ -1,17 +1,18 @@
-"""cursor_path: where the cursor value lives in a row.
-
-Supported (validated at `incremental(...)`, so a typo fails at definition time, not mid-run):
-- a column name: `updated_at` (also with spaces: `updated at`);
-- a dotted path: `meta.updated_at`;
-- a JSONPath subset: `$.meta.updated_at`, `$['a b'].c`, `items[0].ts`, and `$` (the whole row,
-  useful with a callable last_value_func).
-Wildcards, filters and slices are rejected: dlt silently used the first of several matches.
-
-Dict rows distinguish a *missing* value (MISSING) from an explicit None. Tabular inputs address a
-top-level column, and a dotted path may continue into struct fields.
+"""cursor_path: where the cursor value lives in a row, validated at `incremental(...)` so a typo
+fails at definition time, not mid-run.
 """
 
 from __future__ import annotations
+
+# Supported (validated at `incremental(...)`, so a typo fails at definition time, not mid-run):
+# - a column name: `updated_at` (also with spaces: `updated at`);
+# - a dotted path: `meta.updated_at`;
+# - a JSONPath subset: `$.meta.updated_at`, `$['a b'].c`, `items[0].ts`, and `$` (the whole row,
+#   useful with a callable last_value_func).
+# Wildcards, filters and slices are rejected: dlt silently used the first of several matches.
+#
+# Dict rows distinguish a *missing* value (MISSING) from an explicit None. Tabular inputs address a
+# top-level column, and a dotted path may continue into struct fields.
 
 import re
 from collections.abc import Mapping, Sequence

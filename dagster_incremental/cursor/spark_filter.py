@@ -1,26 +1,27 @@
-"""The filter_core decision as lazy pyspark Column expressions (the only engine module with Spark).
-
-Why: a Spark DataFrame must never be collected to the driver to be filtered. The kept rows are a
-lazy `where(...)`; the new last_value, the NULL / bad-value checks and the out-of-range flags come
-from ONE aggregate; the boundary keys of the new max from one small job (limit cap+1). Boundary
-dedup at the start value splits the frame into the rows at the start value (keyed by a pandas_udf
-running the SAME Python key function as every other input kind) and the rest, then unions them.
+"""The decide.py decision as lazy pyspark Column expressions: a Spark DataFrame must never be
+collected to the driver to be filtered.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# The kept rows are a lazy `where(...)`; the new last_value, the NULL / bad-value checks and the
+# out-of-range flags come from ONE aggregate; the boundary keys of the new max from one small job
+# (limit cap+1). Boundary dedup at the start value splits the frame into the rows at the start
+# value (keyed by a pandas_udf running the SAME Python key function as every other input kind) and
+# the rest, then unions them.
+
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster_incremental.cursor import boundary as _boundary
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.boundary import CONTENT, _short, row_dedup_key
+from dagster_incremental.cursor.decide import Cursor, RangeSpec
 from dagster_incremental.errors import CursorPathMissing, IncrementalConfigError, PrimaryKeyMissing
-from dagster_incremental.cursor.decide import Cursor
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
 
-    from dagster_incremental.cursor.incremental import IncrementalRun
+    from dagster_incremental.cursor.run import IncrementalRun
 
 
 def _field(df: DataFrame, parts: tuple[Any, ...]) -> tuple[Column, Any] | None:
@@ -64,7 +65,7 @@ def _detect(dtype: Any, df: DataFrame, col: Column) -> str | None:
 
 
 def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
-    """The key (see cursor_values) as a Spark expression; None when the column can't be one."""
+    """The key (see values.py) as a Spark expression; None when the column can't be one."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -72,7 +73,7 @@ def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
         if isinstance(dtype, T.TimestampType):
             return F.unix_micros(col)
         if isinstance(dtype, T.TimestampNTZType):
-            # NTZ means UTC wall time; the session runs in UTC (spark_session sets it).
+            # NTZ means UTC wall time; the library's Spark session runs in UTC.
             return F.unix_micros(col.cast("timestamp"))
         if isinstance(dtype, T.DateType):
             return F.unix_date(col).cast("long") * F.lit(86_400_000_000)
@@ -123,41 +124,72 @@ def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
     return udf(F.struct(*[F.col(f"`{c}`") for c in columns]))
 
 
-def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
-    """run.filter for a pyspark DataFrame: a lazy filtered frame; the run's cursor advances."""
-    from pyspark.sql import functions as F
+class _Masks(NamedTuple):
+    """The decision per row, as Spark columns over the cursor key."""
 
+    key: Column
+    valid: Column
+    end_ok: Column
+    start_ok: Column
+    in_range: Column
+    is_null: Column
+    bad: Column  # a value that is not NULL but has no key (not a date / timestamp / number)
+
+
+def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
+    """run.filter for a pyspark DataFrame: a lazy filtered frame; the run's cursor advances.
+
+    Reads the run only through `decision_inputs`, `cursor`, `cursor_type`, `dedup_key`,
+    `is_backfill` and `spec`; reports back through `adopt_type`, `advance` and its error builders.
+    """
     spec = run.spec
     if spec.is_callable:
         raise IncrementalConfigError(
             "A callable last_value_func cannot filter a pyspark DataFrame (it would need every row "
             "on the driver): use last_value_func='max' or 'min', or give dict rows / Arrow tables."
         )
-    path = spec.path
-    if path.is_whole_row:
+    if spec.path.is_whole_row:
         raise IncrementalConfigError(f"cursor_path {spec.cursor_path!r}: a Spark frame needs a column.")
-    policy = spec.on_cursor_value_missing
-    found = _field(df, path.parts)
+    inputs = run.decision_inputs
+    found = _field(df, spec.path.parts)
     if found is None:
-        if policy == "raise":
-            first = df.limit(1).collect()
-            if first:
-                raise CursorPathMissing(
-                    f"cursor_path {spec.cursor_path!r}: the Spark frame has no column "
-                    f"{path.column!r} (columns: {df.columns}); a row: {_short(first[0].asDict())}. Fix "
-                    "the data, or set on_cursor_value_missing='include' / 'exclude'."
-                )
-            return df
-        return df if policy == "include" else df.where(F.lit(False))
+        return _without_cursor_column(run, df, inputs.on_missing)
+    col, dtype = found
+    detected, key = _key_column(run, df, col, dtype)
+    masks = _masks(col, dtype, key, inputs)
+    row = _aggregate(df, col, masks, inputs.direction)
+    if row["values"] and detected is not None:
+        run.adopt_type(detected, None, "the Spark frame")
+    _check_values(run, df, masks, row)
+    dedup_cols = _dedup_columns(run, inputs, df)
+    last = _advance(run, df, masks, row, inputs, dedup_cols)
+    return _kept(run, df, masks, last, inputs, dedup_cols)
+
+
+def _without_cursor_column(run: IncrementalRun, df: DataFrame, policy: str) -> DataFrame:
+    """A frame without the cursor column: every row is missing (raise / include / exclude)."""
+    from pyspark.sql import functions as F
+
+    if policy == "raise":
+        first = df.limit(1).collect()
+        if first:
+            raise CursorPathMissing(
+                f"cursor_path {run.spec.cursor_path!r}: the Spark frame has no column "
+                f"{run.spec.path.column!r} (columns: {df.columns}); a row: {_short(first[0].asDict())}. Fix "
+                "the data, or set on_cursor_value_missing='include' / 'exclude'."
+            )
+        return df
+    return df if policy == "include" else df.where(F.lit(False))
+
+
+def _key_column(run: IncrementalRun, df: DataFrame, col: Column, dtype: Any) -> tuple[str | None, Column]:
+    """(the type detected from the frame, the cursor key as a column). The type is adopted by the
+    run only once a non-NULL value is seen, so an empty frame leaves the state empty dict rows do."""
+    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    col, dtype = found
     detected = _detect(dtype, df, col) if run.cursor_type in (None, "date") else None
-    ctype = run.cursor_type
-    if detected is not None and (ctype is None or (ctype == "date" and detected == "timestamp")):
-        # the type is adopted by the run only once a non-NULL value is seen (below), so an
-        # empty frame leaves the same state as empty dict rows
-        ctype = detected if ctype is None or not run._type_explicit else ctype
+    ctype = run.type_after(detected) if detected is not None else run.cursor_type
     if ctype is None or isinstance(dtype, T.NullType):  # only NULL cursors
         key = F.lit(None).cast("long" if ctype in (None, *cv.TEMPORAL_TYPES) else "double")
         if ctype == "string":
@@ -166,10 +198,10 @@ def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
         key = _key_expr(col, dtype, ctype)
         if key is None:
             if detected is not None:
-                run._adopt_type(detected, None, "the Spark frame")
+                run.adopt_type(detected, None, "the Spark frame")
             sample = df.where(col.isNotNull()).limit(1).collect()
-            value = sample[0][path.column] if sample else None
-            raise run._type_error(
+            value = sample[0][run.spec.path.column] if sample else None
+            raise run.type_error(
                 value,
                 sample[0].asDict() if sample else None,
                 "the Spark frame",
@@ -177,79 +209,103 @@ def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
             )
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         key = F.when(~F.isnan(col), key)
-    mx = spec.direction == "max"
+    return detected, key
+
+
+def _masks(col: Column, dtype: Any, key: Column, inputs: RangeSpec) -> _Masks:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    mx = inputs.direction == "max"
+    end_ok = start_ok = F.lit(True)
+    if inputs.end is not None:
+        end = F.lit(inputs.end)
+        if mx:
+            end_ok = (key <= end) if inputs.end_closed else (key < end)
+        else:
+            end_ok = (key >= end) if inputs.end_closed else (key > end)
+    if inputs.start is not None:
+        start = F.lit(inputs.start)
+        if mx:
+            start_ok = (key > start) if inputs.start_open else (key >= start)
+        else:
+            start_ok = (key < start) if inputs.start_open else (key <= start)
     valid = key.isNotNull()
-    end_ok = F.lit(True)
-    start_ok = F.lit(True)
-    if run.end_key is not None:
-        end = F.lit(run.end_key)
-        if mx:
-            end_ok = (key <= end) if run.end_closed else (key < end)
-        else:
-            end_ok = (key >= end) if run.end_closed else (key > end)
-    if run.start_key is not None:
-        start = F.lit(run.start_key)
-        if mx:
-            start_ok = (key >= start) if run.start_closed else (key > start)
-        else:
-            start_ok = (key <= start) if run.start_closed else (key < start)
-    in_range = valid & end_ok & start_ok
     is_null = col.isNull()
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         is_null = is_null | F.isnan(col)  # NaN = NULL, as for every other kind
-    bad = ~is_null & key.isNull()
-    agg = F.max if mx else F.min
-    row = df.select(
-        agg(F.when(in_range, key)).alias("ext"),
-        F.sum(F.when(is_null, 1).otherwise(0)).alias("nulls"),
-        F.sum(F.when(bad, 1).otherwise(0)).alias("bad"),
-        F.max(F.when(valid & end_ok & ~start_ok, 1).otherwise(0)).alias("below"),
-        F.max(F.when(valid & ~end_ok, 1).otherwise(0)).alias("beyond"),
+    return _Masks(key, valid, end_ok, start_ok, valid & end_ok & start_ok, is_null, ~is_null & key.isNull())
+
+
+def _aggregate(df: DataFrame, col: Column, m: _Masks, direction: str) -> Any:
+    """ONE job: the new extreme, the NULL / bad-value counts and the out-of-range flags."""
+    from pyspark.sql import functions as F
+
+    agg = F.max if direction == "max" else F.min
+    return df.select(
+        agg(F.when(m.in_range, m.key)).alias("ext"),
+        F.sum(F.when(m.is_null, 1).otherwise(0)).alias("nulls"),
+        F.sum(F.when(m.bad, 1).otherwise(0)).alias("bad"),
+        F.max(F.when(m.valid & m.end_ok & ~m.start_ok, 1).otherwise(0)).alias("below"),
+        F.max(F.when(m.valid & ~m.end_ok, 1).otherwise(0)).alias("beyond"),
         F.count(col).alias("values"),
     ).collect()[0]
-    if row["values"] and detected is not None:
-        run._adopt_type(detected, None, "the Spark frame")
-    if row["bad"]:
-        sample = df.where(bad).limit(1).collect()[0]
-        value = _get(sample.asDict(recursive=True), path.parts)
-        raise run._type_error(
-            value, sample.asDict(), "the Spark frame", "it is not an ISO-8601 date or timestamp"
-        )
-    if row["nulls"] and policy == "raise":
-        sample = df.where(is_null).limit(1).collect()[0].asDict()
-        raise run._missing_error(sample, False, f"a row of the Spark frame (column {path.column!r})")
 
-    dedup_cols = _dedup_columns(run, df)
-    tz = df.sparkSession.conf.get("spark.sql.session.timeZone", "UTC") or "UTC"
-    cursor = run._cursor
-    last, boundary = cursor.last, cursor.boundary
+
+def _check_values(run: IncrementalRun, df: DataFrame, m: _Masks, row: Any) -> None:
+    """Raise for a value that is not a key, or a NULL cursor under on_cursor_value_missing='raise'."""
+    path = run.spec.path
+    if row["bad"]:
+        sample = df.where(m.bad).limit(1).collect()[0]
+        value = _get(sample.asDict(recursive=True), path.parts)
+        raise run.type_error(value, sample.asDict(), "the Spark frame", "it is not an ISO-8601 date or timestamp")
+    if row["nulls"] and run.decision_inputs.on_missing == "raise":
+        sample = df.where(m.is_null).limit(1).collect()[0].asDict()
+        raise run.missing_error(sample, False, f"a row of the Spark frame (column {path.column!r})")
+
+
+def _advance(
+    run: IncrementalRun, df: DataFrame, m: _Masks, row: Any, inputs: RangeSpec, dedup_cols: list[str]
+) -> Any:
+    """Move the run's cursor past the frame; the boundary keys of a new extreme come from one
+    small bounded job, keyed by the same Python function as every other kind. Returns last."""
+    from pyspark.sql import functions as F
+
+    mx = inputs.direction == "max"
+    last, boundary = run.cursor.last, run.cursor.boundary
     ext = row["ext"]
     if ext is not None:
         if last is None or (ext > last if mx else ext < last):
             last = ext
-        if run._dedup and boundary is not None and ext == last:
-            # one small bounded job; keys by the same Python function as every other kind
-            at_max = df.where(in_range & (key == F.lit(ext))).select(*[F.col(f"`{c}`") for c in dedup_cols])
+        if inputs.dedup and boundary is not None and ext == last:
+            at_max = df.where(m.in_range & (m.key == F.lit(ext))).select(*[F.col(f"`{c}`") for c in dedup_cols])
             rows = at_max.limit(_boundary.BOUNDARY_KEY_LIMIT + 1).collect()
             keys_fn = lambda: [row_dedup_key(python_row(r, at_max.schema), run.dedup_key) for r in rows]  # noqa: E731
-            boundary = boundary.observe(ext, len(rows), keys_fn, spec.direction)
-    run._advance(Cursor(last, boundary), bool(row["below"]), bool(row["beyond"]))
+            boundary = boundary.observe(ext, len(rows), keys_fn, inputs.direction)
+    run.advance(Cursor(last, boundary), bool(row["below"]), bool(row["beyond"]))
+    return last
 
+
+def _kept(run: IncrementalRun, df: DataFrame, m: _Masks, last: Any, inputs: RangeSpec, dedup_cols: list[str]) -> DataFrame:
+    """The lazy kept rows: in range (pinned to `last`), NULLs if included, boundary rows deduped."""
+    from pyspark.sql import functions as F
+
+    in_range = m.in_range
     if not run.is_backfill:
         # Pin the range to the last_value just computed: a live source may grow before the frame
         # is written, and rows beyond the stored last_value belong to the next run.
         if last is None:
             in_range = F.lit(False)
         else:
-            in_range = in_range & ((key <= F.lit(last)) if mx else (key >= F.lit(last)))
-    keep_nulls = is_null if policy == "include" else F.lit(False)
-    start_set = run._start_set
-    if start_set is None or not start_set.keys or run.start_key is None or not run.start_closed:
+            in_range = in_range & ((m.key <= F.lit(last)) if inputs.direction == "max" else (m.key >= F.lit(last)))
+    keep_nulls = m.is_null if inputs.on_missing == "include" else F.lit(False)
+    start_set = inputs.start_set
+    if start_set is None or not start_set.keys or inputs.start is None or inputs.start_open:
         return df.where(in_range | keep_nulls)
-    at_start = in_range & (key == F.lit(run.start_key))
+    at_start = in_range & (m.key == F.lit(inputs.start))
     rest = df.where((in_range & ~at_start) | keep_nulls)
-    boundary_rows = df.where(at_start)
-    keyed = boundary_rows.where(~dedup_key_udf(dedup_cols, run.dedup_key, tz).isin(sorted(start_set.keys)))
+    tz = df.sparkSession.conf.get("spark.sql.session.timeZone", "UTC") or "UTC"
+    keyed = df.where(at_start).where(~dedup_key_udf(dedup_cols, run.dedup_key, tz).isin(sorted(start_set.keys)))
     return rest.unionByName(keyed)
 
 
@@ -277,10 +333,8 @@ def _python_value(value: Any, dtype: Any) -> Any:
     return value
 
 
-def _dedup_columns(run: IncrementalRun, df: DataFrame) -> list[str]:
-    if not run._dedup:
-        return list(df.columns)
-    if run.dedup_key == CONTENT:
+def _dedup_columns(run: IncrementalRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
+    if not inputs.dedup or run.dedup_key == CONTENT:
         return list(df.columns)
     missing = [c for c in run.dedup_key if c not in df.columns]
     if missing:

@@ -1,23 +1,24 @@
-"""Cursor value typing: one comparable "key" per cursor value, whatever shape the value came in.
-
-Why: dlt compares raw Python values, so ISO strings with different offsets compare as text and an
-int row against a datetime cursor fails deep inside a pipeline. Here every value is first mapped
-to a *key* of its cursor type, and all filtering happens on keys:
-
-| cursor type     | key                                   | state (canonical JSON)        | public value        |
-|-----------------|---------------------------------------|-------------------------------|---------------------|
-| timestamp       | int microseconds since epoch, UTC     | "2024-01-01T10:00:00Z"        | pendulum.DateTime   |
-| date            | int microseconds of midnight UTC      | "2024-01-01"                  | pendulum.Date       |
-| epoch_seconds   | int microseconds since epoch, UTC     | the number in seconds         | the number          |
-| epoch_millis    | int microseconds since epoch, UTC     | the number in milliseconds    | the number          |
-| number          | the int / float itself                | the number                    | the number          |
-| string          | the str itself (compared as text)     | the str                       | the str             |
-
-The four temporal types share one key space, so a date bound and timestamp rows compare as instants.
-Naive datetimes and ISO strings without an offset mean UTC.
+"""Cursor values as comparable keys, whatever shape they came in: ISO strings with different offsets,
+datetimes, dates, epochs and numbers compare as instants / numbers, never as text.
 """
 
 from __future__ import annotations
+
+# Why: dlt compares raw Python values, so ISO strings with different offsets compare as text and an
+# int row against a datetime cursor fails deep inside a pipeline. Here every value is first mapped
+# to a *key* of its cursor type, and all filtering happens on keys:
+#
+# | cursor type     | key                                   | state (canonical JSON)        | public value        |
+# |-----------------|---------------------------------------|-------------------------------|---------------------|
+# | timestamp       | int microseconds since epoch, UTC     | "2024-01-01T10:00:00Z"        | pendulum.DateTime   |
+# | date            | int microseconds of midnight UTC      | "2024-01-01"                  | pendulum.Date       |
+# | epoch_seconds   | int microseconds since epoch, UTC     | the number in seconds         | the number          |
+# | epoch_millis    | int microseconds since epoch, UTC     | the number in milliseconds    | the number          |
+# | number          | the int / float itself                | the number                    | the number          |
+# | string          | the str itself (compared as text)     | the str                       | the str             |
+#
+# The four temporal types share one key space, so a date bound and timestamp rows compare as instants.
+# Naive datetimes and ISO strings without an offset mean UTC.
 
 import datetime as dt
 import math

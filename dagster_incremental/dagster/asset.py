@@ -21,7 +21,8 @@ import dagster as dg
 
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
-from dagster_incremental.cursor.incremental import Incremental, IncrementalSpec, incremental
+from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
+from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.settings.secrets import Redactor, Secrets, SecretsFile, function_arguments
 from dagster_incremental.spark.sql import qualified
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
@@ -43,7 +44,6 @@ SCD2_OPTIONS = (
     "boundary_timestamp",
     "row_version_column_name",
 )
-WRITE_KEYS = "write_keys"  # recorded in the state: a later change of keys is detected
 
 PARTITION_SCHEDULES = {
     "hourly": dg.HourlyPartitionsDefinition,
@@ -629,8 +629,9 @@ class _Runner:
         spec = self._write_spec(io, context.asset_key, plan)
         asset = context.asset_key.to_user_string()
         try:
-            self._check_write_keys(stored.get(plan.scope), plan)
-            runs = self._bind(context, plan, stored)
+            in_force = self._state_in_force(context, stored, plan)
+            self._check_write_keys(in_force, plan)
+            runs = self._bind(context, plan, in_force)
             output = self._call(context, runs, secret_kwargs)
             staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
@@ -721,18 +722,23 @@ class _Runner:
                 table_state = io.committed_state(key, scope=scope)
                 table_snapshot = _snapshot_id(table_state)
             out[scope] = reconcile(dagster_state, table_state)
-        chosen = out.get(plan.scope)
-        if chosen is not None and chosen.state is not None:
-            context.log.info(f"cursor state from {chosen.source}: {chosen.state.get('last_value')!r}")
         return out, table_snapshot
 
-    def _bind(self, context, plan: _Plan, stored: Mapping[str | None, StoredState]) -> dict[str, Any]:
-        state_in_force = stored.get(plan.scope).state if plan.scope in stored and stored.get(plan.scope) else None
+    def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: _Plan) -> AssetState:
+        """The stored state of the scope this run continues, read (and checked) as typed values."""
+        chosen = stored.get(plan.scope)
+        state = AssetState.from_dict(chosen.state if chosen else None, list(self.settings.cursors))
+        if chosen is not None and chosen.state is not None:
+            only = state.cursor(None)
+            context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
+        return state
+
+    def _bind(self, context, plan: _Plan, in_force: AssetState) -> dict[str, Any]:
         runs = {}
         for name, spec in self.settings.cursors.items():
             if plan.overrides:
                 spec = spec.replace(**_typed_overrides(spec, plan.overrides))
-            cursor_state = _cursor_state(state_in_force, name, len(self.settings.cursors))
+            cursor_state = in_force.cursor(name)
             try:
                 run = spec.bind(
                     None if plan.stateless else cursor_state,
@@ -784,14 +790,7 @@ class _Runner:
     def _state_after(self, runs: Mapping[str, Any], plan: _Plan, stored) -> Any:
         if plan.mode == "backfill":
             return self._unchanged_state(stored, plan.scope)
-        if len(runs) == 1:
-            state = dict(next(iter(runs.values())).state or {})
-        elif runs:
-            state = {name: run.state for name, run in runs.items()}
-        else:
-            state = {"last_value": None}  # an asset without a cursor (e.g. a full snapshot)
-        state[WRITE_KEYS] = self._write_keys()
-        return state
+        return AssetState.of({name: run.cursor_state for name, run in runs.items()}, self._write_keys()).to_dict()
 
     def _write_keys(self) -> dict[str, Any]:
         s = self.settings
@@ -801,9 +800,9 @@ class _Runner:
             "write_disposition": s.disposition + (f"/{s.strategy}" if s.strategy else ""),
         }
 
-    def _check_write_keys(self, stored: StoredState | None, plan: _Plan) -> None:
+    def _check_write_keys(self, in_force: AssetState, plan: _Plan) -> None:
         """Keys decide what a merge matches: rows written under other keys must not be mixed in."""
-        before = (stored.state or {}).get(WRITE_KEYS) if stored is not None and stored.state else None
+        before = in_force.write_keys
         now = self._write_keys()
         if plan.full_refresh or before is None or before == now:
             return
@@ -818,7 +817,7 @@ class _Runner:
     @staticmethod
     def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
         entry = stored.get(scope)
-        return entry.state if entry is not None and entry.state is not None else {"last_value": None}
+        return entry.state if entry is not None and entry.state is not None else AssetState.of({}).to_dict()
 
     @staticmethod
     def _window(runs: Mapping[str, Any], plan: _Plan) -> list[Any]:
@@ -851,14 +850,6 @@ def _counts_scope(keys: Sequence[str]) -> str:
 
 def _snapshot_id(committed: Any) -> int | None:
     return committed.snapshot_id if committed is not None else None
-
-
-def _cursor_state(state: Any, name: str, count: int) -> Any:
-    if state is None:
-        return None
-    if count == 1:
-        return state
-    return state.get(name) if isinstance(state, Mapping) else None
 
 
 def _typed_overrides(spec: IncrementalSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -355,23 +355,13 @@ def write_spec_from_settings(table: str, settings: Mapping[str, Any]) -> WriteSp
 
 def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
     """A run without rows (not even a schema) whose cursor state is the one committed last."""
-    from dagster_incremental.spark.commit import commit_properties
-    from dagster_incremental.spark.write_spec import STATE_PROPERTY
+    from dagster_incremental.cursor.state import resumable, state_json
 
     if batch.data is not None or batch.window is not None or batch.full_refresh or current is None:
         return False
     if batch.commit.state is None or batch.commit.scope != current.scope:
         return False
-
-    def resumable(state: Mapping[str, Any]) -> str:
-        # start_value only reports where a run began; the next run resumes from the rest.
-        def strip(part: Any) -> Any:
-            return {k: v for k, v in part.items() if k != "start_value"} if isinstance(part, Mapping) else part
-
-        kept = {k: strip(v) for k, v in strip(state).items()}
-        return commit_properties(CommitInfo(state=kept))[STATE_PROPERTY]
-
-    return resumable(batch.commit.state) == resumable(current.state)
+    return state_json(resumable(batch.commit.state)) == state_json(resumable(current.state))
 
 
 def _result_metadata(table: str, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import dagster as dg
 
+from dagster_incremental.cursor.state import AssetState, CursorState
 from dagster_incremental.cursor.values import detect_type, key_to_canonical, to_key
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.dagster.state_store import latest_dagster_state
@@ -69,30 +70,41 @@ def build_incremental_sensor(
         if not marks:
             return dg.SkipReason("the source is empty")
         partition = partitions_def.get_last_partition_key() if partitions_def is not None else None
-        stored = latest_dagster_state(context.instance, key, partition=partition)
-        state = (stored.state or {}) if stored else {}
-        compared = {arg: _compare(hwm, _state_of(state, arg, names)) for arg, hwm in marks.items()}
-        hwm_text = _text({arg: text for arg, (text, _, _) in compared.items()}, names)
-        if not any(beyond for _, beyond, _ in compared.values()):
-            cursors = _text({arg: last for arg, (_, _, last) in compared.items()}, names)
-            return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {cursors}")
-        requested = json.loads(context.cursor)["requested"] if context.cursor else None
-        if requested == hwm_text:
-            return dg.SkipReason(f"a run for {hwm_text} was already requested")
-        run_key = f"{key.to_user_string()}:{partition or ''}:{hwm_text}"
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(
-                    run_key=run_key,
-                    asset_selection=[key],
-                    partition_key=partition,
-                    tags={"dagster_incremental/trigger": "sensor", "dagster_incremental/source_hwm": hwm_text},
-                )
-            ],
-            cursor=json.dumps({"requested": hwm_text}),
-        )
+        return _evaluate(context, key, partition, marks, names)
 
     return _sensor
+
+
+def _evaluate(
+    context: dg.SensorEvaluationContext,
+    key: dg.AssetKey,
+    partition: str | None,
+    marks: Mapping[str | None, Any],
+    names: tuple[str, ...],
+) -> dg.SkipReason | dg.SensorResult:
+    """Skip, or request a run when a high-water mark is beyond its cursor (once per mark)."""
+    stored = latest_dagster_state(context.instance, key, partition=partition)
+    state = AssetState.from_dict(stored.state if stored else None, names)
+    compared = {arg: _compare(hwm, state.cursor(arg)) for arg, hwm in marks.items()}
+    hwm_text = _text({arg: text for arg, (text, _, _) in compared.items()}, names)
+    if not any(beyond for _, beyond, _ in compared.values()):
+        cursors = _text({arg: last for arg, (_, _, last) in compared.items()}, names)
+        return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {cursors}")
+    requested = json.loads(context.cursor)["requested"] if context.cursor else None
+    if requested == hwm_text:
+        return dg.SkipReason(f"a run for {hwm_text} was already requested")
+    run_key = f"{key.to_user_string()}:{partition or ''}:{hwm_text}"
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=run_key,
+                asset_selection=[key],
+                partition_key=partition,
+                tags={"dagster_incremental/trigger": "sensor", "dagster_incremental/source_hwm": hwm_text},
+            )
+        ],
+        cursor=json.dumps({"requested": hwm_text}),
+    )
 
 
 def _cursor_names(asset: dg.AssetsDefinition, cursor: str | None) -> tuple[str, ...]:
@@ -130,21 +142,14 @@ def _marks(hwm: Any, names: tuple[str, ...], cursor: str | None, key: dg.AssetKe
     return {cursor if len(names) > 1 else None: hwm}
 
 
-def _state_of(state: Mapping[str, Any], arg: str | None, names: tuple[str, ...]) -> Mapping[str, Any]:
-    """The cursor state of one argument: the whole state for a single cursor, else state[arg]."""
-    if arg is None or len(names) <= 1:
-        return state
-    part = state.get(arg)
-    return part if isinstance(part, Mapping) else {}
-
-
-def _compare(hwm: Any, state: Mapping[str, Any]) -> tuple[str, bool, Any]:
+def _compare(hwm: Any, state: CursorState | None) -> tuple[str, bool, Any]:
     """(canonical text of hwm, whether it is beyond the cursor, the cursor's last_value)."""
-    last = state.get("last_value")
-    cursor_type = state.get("cursor_type") or detect_type(hwm) or "string"
+    state = state or CursorState()
+    last = state.last_value
+    cursor_type = state.cursor_type or detect_type(hwm) or "string"
     hwm_key = to_key(hwm, cursor_type)  # compared as instants/numbers, never as text
     text = str(key_to_canonical(hwm_key, cursor_type))
-    beyond = last is None or not _not_beyond(hwm_key, to_key(last, cursor_type), state.get("last_value_func"))
+    beyond = last is None or not _not_beyond(hwm_key, to_key(last, cursor_type), state.last_value_func)
     return text, beyond, last
 
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from dagster_incremental.cursor.state import state_json
 from dagster_incremental.spark.table_metadata import cursor_of
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
@@ -69,7 +70,7 @@ def commit_properties(info: CommitInfo, *, commit_id: str | None = None) -> dict
         props[COMMIT_ID_PROPERTY] = commit_id
     if info.state is not None:
         try:
-            props[STATE_PROPERTY] = json.dumps(dict(info.state), sort_keys=True, separators=(",", ":"))
+            props[STATE_PROPERTY] = state_json(info.state)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"the cursor state {info.state!r} is not JSON-serialisable: {exc}") from exc
     if info.run_id is not None:

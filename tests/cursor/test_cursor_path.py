@@ -7,7 +7,7 @@ import pytest
 
 from dagster_incremental.cursor.paths import MISSING, parse_cursor_path
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.cursor.incremental import incremental
+from dagster_incremental.cursor.spec import incremental
 
 
 @pytest.mark.parametrize(

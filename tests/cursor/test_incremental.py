@@ -20,7 +20,8 @@ from dagster_incremental.errors import (
     IncrementalConfigError,
     PrimaryKeyMissing,
 )
-from dagster_incremental.cursor.incremental import Incremental, IncrementalRun, incremental
+from dagster_incremental.cursor.run import IncrementalRun
+from dagster_incremental.cursor.spec import Incremental, incremental
 
 LOCAL = ("dicts", "pages", "arrow", "pandas")
 

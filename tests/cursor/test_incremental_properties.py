@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from inputs import canonical, to_kind
 
 from dagster_incremental.cursor import boundary as boundary_mod
-from dagster_incremental.cursor.incremental import incremental
+from dagster_incremental.cursor.spec import incremental
 
 LOCAL = ("dicts", "pages", "arrow", "pandas")
 

@@ -73,7 +73,7 @@ def test_a_column_missing_from_a_pages_first_row_is_kept():
     """Optional fields: Arrow's from_pylist would take the first row's columns only."""
     from types import SimpleNamespace
 
-    from dagster_incremental.cursor.incremental import incremental
+    from dagster_incremental.cursor.spec import incremental
     from dagster_incremental.spark.staging import stage_batches
     from dagster_incremental.spark.write_spec import WriteSpec
 

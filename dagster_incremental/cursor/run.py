@@ -1,29 +1,11 @@
-"""The cursor: `Incremental` (what an asset function's parameter is annotated with), its spec
-(`incremental(...)` -> `IncrementalSpec`) and its bound run (`spec.bind(state)` -> `IncrementalRun`).
-
-Why two classes: dlt's `Incremental` is config, transform, state and scheduler at once. Here the
-spec is a frozen, validated value (safe to share, to put in a signature default, to `replace`), and
-`spec.bind(state)` returns the run that owns the per-run mutable values (live last_value, the
-boundary keys, the out-of-range flags). Both are an `Incremental`, so the parameter annotated
-`Incremental` type-checks whether it holds the default spec or the bound run the asset passes.
-The algorithm itself is in filter_core / filter_spark.
-
-Example:
-    spec = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id")
-    run = spec.bind(previous_state)          # None on the first run
-    rows = run.filter(fetch(since=run.start_value))
-    save(rows, state=run.state)              # persist run.state together with the data
+"""The bound run (`spec.bind(state)` -> `IncrementalRun`): it owns what changes during a run (live
+last_value, boundary keys, out-of-range flags) and filters every input kind through decide.py.
 """
 
 from __future__ import annotations
 
-import abc
-import copy
-import dataclasses
-import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,16 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.boundary import (
-    CONTENT,
-    Boundary,
-    DedupKey,
-    _canonical,
-    _short,
-    canonical_json,
-    row_dedup_key,
-)
-from dagster_incremental.cursor.paths import MISSING, CursorPath, parse_cursor_path
+from dagster_incremental.cursor.boundary import CONTENT, Boundary, DedupKey, _canonical, _short, row_dedup_key
+from dagster_incremental.cursor.decide import CallableSpec, Cursor, Decision, RangeSpec, decide, decide_callable
+from dagster_incremental.cursor.paths import MISSING
+from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, _func_name, _normalise_pk
+from dagster_incremental.cursor.state import CursorState, StoredBoundary
 from dagster_incremental.errors import (
     CursorPathMissing,
     CursorStateMismatch,
@@ -48,333 +25,8 @@ from dagster_incremental.errors import (
     CursorValueNone,
     IncrementalConfigError,
 )
-from dagster_incremental.cursor.decide import (
-    CallableSpec,
-    Cursor,
-    Decision,
-    RangeSpec,
-    decide,
-    decide_callable,
-)
 
-STATE_VERSION = 2  # 2: boundary keys stored as the key values themselves (1: their JSON text)
-LAST_VALUE_FUNCS = ("max", "min")
-ON_MISSING = ("raise", "include", "exclude")
-ROW_ORDERS = (None, "asc", "desc")
-RANGES = ("open", "closed")
 DICT_CHUNK = 1000  # single dict rows from filter_batches are filtered in chunks of this size
-
-
-def _known(arg: str, value: Any, allowed: Sequence[Any]) -> None:
-    if value not in allowed:
-        raise IncrementalConfigError(
-            f"{arg}={value!r} is not valid; allowed: {', '.join(repr(a) for a in allowed)}."
-        )
-
-
-def _func_name(func: Any) -> str:
-    if isinstance(func, str):
-        return func
-    return f"callable:{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
-
-
-def _normalise_pk(value: Any, arg: str = "primary_key") -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, Iterable):
-        names = tuple(value)
-        if all(isinstance(v, str) for v in names):
-            return names
-    raise IncrementalConfigError(
-        f"{arg}={value!r} is not valid: give a column name, a sequence of column names, () to "
-        "disable boundary dedup, or None to inherit the asset's primary key."
-    )
-
-
-class Incremental(abc.ABC):
-    """A cursor as an asset function sees it: the values of its range, a filter, the state.
-
-    An asset's parameter annotated `Incremental` receives the bound run (`IncrementalRun`); a
-    spec (`IncrementalSpec`, from `incremental(...)`) answers as a run that has no state yet.
-    """
-
-    cursor_path: str
-
-    @property
-    @abc.abstractmethod
-    def initial_value(self) -> Any:
-        """The first run's start, also the floor for lag."""
-
-    @property
-    @abc.abstractmethod
-    def end_value(self) -> Any:
-        """The exclusive (or, with range_end="closed", inclusive) end of a bounded run, or None."""
-
-    @property
-    @abc.abstractmethod
-    def start_value(self) -> Any:
-        """Where this run starts: the previous last_value (lag-adjusted) or initial_value."""
-
-    @property
-    @abc.abstractmethod
-    def last_value(self) -> Any:
-        """The high-water mark so far: start_value before any row is filtered."""
-
-    @property
-    @abc.abstractmethod
-    def is_backfill(self) -> bool:
-        """True for a bounded, stateless run (end_value or a partition window)."""
-
-    @property
-    @abc.abstractmethod
-    def state(self) -> dict[str, Any] | None:
-        """The JSON-serialisable state to persist after the run (None before any run)."""
-
-    @abc.abstractmethod
-    def filter(self, items: Any) -> Any:
-        """The in-range, not-yet-loaded rows of `items`, in the same kind as given."""
-
-    @abc.abstractmethod
-    def can_close(self) -> bool:
-        """True once row_order says no more in-range rows can come."""
-
-
-@dataclass(frozen=True)
-class IncrementalSpec(Incremental):
-    """A validated cursor definition. Build it with `incremental(...)`; bind it per run.
-
-    `primary_key=None` means "inherit the asset's primary key" (content hash if it has none);
-    `()` disables boundary dedup. `cursor_type` (keyword extra): None = detect, else one of
-    "timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis" (numbers in rows are
-    instants).
-    """
-
-    cursor_path: str
-    initial_value: Any = None
-    end_value: Any = None
-    last_value_func: str | Callable[[Sequence[Any]], Any] = "max"
-    primary_key: tuple[str, ...] | None = None
-    row_order: str | None = None
-    on_cursor_value_missing: str = "raise"
-    range_start: str = "closed"
-    range_end: str = "open"
-    lag: float | None = None
-    cursor_type: str | None = None
-    # derived at validation
-    _path: CursorPath = field(init=False, repr=False, compare=False)
-    _type: str | None = field(init=False, repr=False, compare=False)
-    _initial_key: Any = field(init=False, repr=False, compare=False)
-    _end_key: Any = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "_path", parse_cursor_path(self.cursor_path))
-        func = self.last_value_func
-        if func is max or func is min:
-            set_(self, "last_value_func", func.__name__)
-        elif isinstance(func, str) or not callable(func):
-            _known("last_value_func", func, [*LAST_VALUE_FUNCS, "a callable(sequence) -> value"])
-        set_(self, "primary_key", _normalise_pk(self.primary_key))
-        _known("on_cursor_value_missing", self.on_cursor_value_missing, ON_MISSING)
-        _known("row_order", self.row_order, ROW_ORDERS)
-        _known("range_start", self.range_start, RANGES)
-        _known("range_end", self.range_end, RANGES)
-        if self.cursor_type is not None:
-            _known("cursor_type", self.cursor_type, [None, *cv.CURSOR_TYPES])
-        if self.lag is not None:
-            if isinstance(self.lag, bool) or not isinstance(self.lag, (int, float)) or self.lag < 0:
-                raise IncrementalConfigError(
-                    f"lag={self.lag!r} is not valid: give a number >= 0 (seconds for timestamps, "
-                    "days for dates, native units for numbers) or None."
-                )
-            if self.is_callable:
-                raise IncrementalConfigError(
-                    f"lag={self.lag!r} cannot be used with a callable last_value_func "
-                    f"({_func_name(func)}): lag needs 'max' or 'min'."
-                )
-        if self.end_value is not None and self.initial_value is None:
-            raise IncrementalConfigError(
-                f"end_value={self.end_value!r} was given without initial_value: a bounded range "
-                "(backfill) needs both; set initial_value to the range start."
-            )
-        self._resolve_values()
-
-    def _resolve_values(self) -> None:
-        set_ = object.__setattr__
-        if self.is_callable:
-            set_(self, "_type", self.cursor_type)
-            set_(self, "_initial_key", None)
-            set_(self, "_end_key", None)
-            if self.end_value is not None:
-                try:
-                    ok = self.last_value_func((self.end_value, self.initial_value)) == self.end_value
-                except Exception as e:  # noqa: BLE001 - user function
-                    raise IncrementalConfigError(
-                        f"initial_value={self.initial_value!r} and end_value={self.end_value!r} are "
-                        f"not comparable by last_value_func: {e}"
-                    ) from e
-                if not ok:
-                    raise IncrementalConfigError(
-                        f"end_value={self.end_value!r} is on the wrong side of initial_value="
-                        f"{self.initial_value!r} for last_value_func {_func_name(self.last_value_func)}: "
-                        "last_value_func((end_value, initial_value)) must return end_value."
-                    )
-            return
-        types = {}
-        for arg in ("initial_value", "end_value"):
-            value = getattr(self, arg)
-            if value is not None:
-                t = cv.detect_type(value)
-                if t is None:
-                    raise IncrementalConfigError(
-                        f"{arg}={value!r} (type {type(value).__name__}) cannot be a cursor value: use a "
-                        "datetime, date, ISO-8601 string, number or string."
-                    )
-                types[arg] = t
-        ctype = self.cursor_type
-        if ctype is None and types:
-            ctype = types.get("initial_value") or types["end_value"]
-            if ctype == "date" and "timestamp" in types.values():
-                ctype = "timestamp"
-        if len(types) == 2 and self.cursor_type is None:
-            fam = {("temporal" if t in cv.TEMPORAL_TYPES else t) for t in types.values()}
-            if len(fam) > 1:
-                raise IncrementalConfigError(
-                    f"initial_value={self.initial_value!r} ({types['initial_value']}) and end_value="
-                    f"{self.end_value!r} ({types['end_value']}) are not comparable: give both as the "
-                    "same kind of value."
-                )
-        keys = {}
-        for arg in ("initial_value", "end_value"):
-            value = getattr(self, arg)
-            keys[arg] = None
-            if value is not None:
-                try:
-                    keys[arg] = cv.to_key(value, ctype)  # type: ignore[arg-type]
-                except cv.KeyConversionError as e:
-                    raise IncrementalConfigError(
-                        f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."
-                    ) from e
-        if self.lag is not None and ctype == "string":
-            raise IncrementalConfigError(
-                f"lag={self.lag!r} cannot be used with a string cursor ({self.cursor_path!r}); lag "
-                "works for timestamps (seconds), dates (days) and numbers."
-            )
-        ik, ek = keys["initial_value"], keys["end_value"]
-        if ek is not None:
-            if (self.direction == "max" and ek < ik) or (self.direction == "min" and ek > ik):
-                word = "lower" if self.direction == "max" else "higher"
-                raise IncrementalConfigError(
-                    f"end_value={self.end_value!r} is {word} than initial_value={self.initial_value!r}: "
-                    f"with last_value_func={self.last_value_func!r} the range runs from initial_value "
-                    f"{'up' if self.direction == 'max' else 'down'} to end_value; swap them."
-                )
-        set_(self, "_type", ctype)
-        set_(self, "_initial_key", ik)
-        set_(self, "_end_key", ek)
-
-    # -- derived properties ------------------------------------------------------------------
-
-    @property
-    def is_callable(self) -> bool:
-        return not isinstance(self.last_value_func, str)
-
-    @property
-    def direction(self) -> str:
-        """ "max" or "min"; a callable counts as "max" for row_order purposes."""
-        return self.last_value_func if isinstance(self.last_value_func, str) else "max"
-
-    @property
-    def path(self) -> CursorPath:
-        return self._path
-
-    @property
-    def start_value(self) -> Any:
-        """start_value of a first run (no state): initial_value as the run would give it."""
-        return self.bind(None).start_value
-
-    @property
-    def last_value(self) -> Any:
-        return self.bind(None).last_value
-
-    @property
-    def is_backfill(self) -> bool:
-        return self.end_value is not None
-
-    @property
-    def state(self) -> dict[str, Any] | None:
-        """A spec has run nothing: no state."""
-        return None
-
-    def filter(self, items: Any) -> Any:
-        raise TypeError(
-            f"incremental({self.cursor_path!r}) is a cursor spec, not a run: filter with the bound run "
-            "`spec.bind(state).filter(items)` (an asset's Incremental parameter already is one)."
-        )
-
-    def can_close(self) -> bool:
-        return False
-
-    def replace(self, **changes: Any) -> IncrementalSpec:
-        """A copy with `changes` applied and validated again (None is a value, not "unset")."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self) if f.init}
-        if unknown:
-            raise IncrementalConfigError(f"Incremental.replace got unknown arguments: {sorted(unknown)}")
-        return dataclasses.replace(self, **changes)
-
-    def bind(
-        self,
-        state: Mapping[str, Any] | None = None,
-        *,
-        window: tuple[Any, Any] | None = None,
-        stateless: bool = False,
-        inherited_primary_key: str | Sequence[str] | None = None,
-    ) -> IncrementalRun:
-        """Start a run from `state` (None on the first run); see IncrementalRun."""
-        return IncrementalRun(
-            self,
-            state,
-            window=window,
-            stateless=stateless,
-            inherited_primary_key=inherited_primary_key,
-        )
-
-
-def incremental(
-    cursor_path: str,
-    initial_value: Any = None,
-    end_value: Any = None,
-    last_value_func: str | Callable[[Sequence[Any]], Any] = "max",
-    primary_key: str | Sequence[str] | None = None,
-    row_order: str | None = None,
-    on_cursor_value_missing: str = "raise",
-    range_start: str = "closed",
-    range_end: str = "open",
-    lag: float | None = None,
-    *,
-    cursor_type: str | None = None,
-) -> IncrementalSpec:
-    """Define an incremental cursor (dlt's `dlt.sources.incremental` vocabulary and defaults)."""
-    return IncrementalSpec(
-        cursor_path=cursor_path,
-        initial_value=initial_value,
-        end_value=end_value,
-        last_value_func=last_value_func,
-        primary_key=primary_key,  # type: ignore[arg-type]
-        row_order=row_order,
-        on_cursor_value_missing=on_cursor_value_missing,
-        range_start=range_start,
-        range_end=range_end,
-        lag=lag,
-        cursor_type=cursor_type,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# the bound run
-# ---------------------------------------------------------------------------------------------
 
 
 def _is_spark_df(obj: Any) -> bool:
@@ -417,7 +69,7 @@ class IncrementalRun(Incremental):
     def __init__(
         self,
         spec: IncrementalSpec,
-        state: Mapping[str, Any] | None,
+        state: Mapping[str, Any] | CursorState | None,
         *,
         window: tuple[Any, Any] | None,
         stateless: bool,
@@ -425,12 +77,13 @@ class IncrementalRun(Incremental):
     ) -> None:
         self.spec = spec
         self.cursor_path = spec.cursor_path
-        self._given_state = copy.deepcopy(dict(state)) if state is not None else None
+        stored = state if isinstance(state, CursorState) or state is None else CursorState.from_dict(state)
+        self._given_state = stored
         self._is_backfill = spec.end_value is not None or (window is not None and stateless)
         if stateless and window is None and spec.end_value is None:
             raise IncrementalConfigError("bind(stateless=True) needs a window=(start, end) or an end_value.")
-        self._check_state(state)
-        self.cursor_type: str | None = self._resolve_type(state)
+        self._check_state(stored)
+        self.cursor_type: str | None = self._resolve_type(stored)
         self._type_explicit = spec.cursor_type is not None
         inherited = _normalise_pk(inherited_primary_key, "inherited_primary_key") or None  # () = none
         self.dedup_key: DedupKey = (
@@ -449,29 +102,23 @@ class IncrementalRun(Incremental):
         self.boundary_unverified = False
         self._state_last: Any = None
         self._state_initial: Any = None
-        self._resolve_range(state, window)
+        self._resolve_range(stored, window)
 
     # -- binding ---------------------------------------------------------------------------------
 
-    def _check_state(self, state: Mapping[str, Any] | None) -> None:
+    def _check_state(self, state: CursorState | None) -> None:
+        """A minimal state ({"last_value": ...}, e.g. written by hand) is accepted; whatever
+        identity fields a state has must match the spec."""
         if state is None:
             return
-        # A minimal state ({"last_value": ...}, e.g. written by hand or by an older layer) is
-        # accepted; whatever identity fields a state has must match the spec.
-        if not isinstance(state, Mapping) or state.get("version", STATE_VERSION) not in (1, STATE_VERSION):
-            raise CursorStateMismatch(
-                f"The stored cursor state {state!r} is not a version {STATE_VERSION} state of "
-                "dagster_incremental; run a full refresh to start a new state."
-            )
         spec = self.spec
         changes = []
-        if "cursor_path" in state and state.get("cursor_path") != spec.cursor_path:
-            changes.append(f"cursor_path {state.get('cursor_path')!r} -> {spec.cursor_path!r}")
-        if "last_value_func" in state and state.get("last_value_func") != _func_name(spec.last_value_func):
-            changes.append(
-                f"last_value_func {state.get('last_value_func')!r} -> {_func_name(spec.last_value_func)!r}"
-            )
-        stype = state.get("cursor_type")
+        if state.recorded("cursor_path") and state.cursor_path != spec.cursor_path:
+            changes.append(f"cursor_path {state.cursor_path!r} -> {spec.cursor_path!r}")
+        func = _func_name(spec.last_value_func)
+        if state.recorded("last_value_func") and state.last_value_func != func:
+            changes.append(f"last_value_func {state.last_value_func!r} -> {func!r}")
+        stype = state.cursor_type
         if spec._type is not None and stype is not None and stype != spec._type:
             inferred_temporal = spec.cursor_type is None and {stype, spec._type} <= {"date", "timestamp"}
             if not inferred_temporal:
@@ -486,11 +133,11 @@ class IncrementalRun(Incremental):
             err.changed = [c.split(" ", 1)[0] for c in changes]  # type: ignore[attr-defined]
             raise err
 
-    def _resolve_type(self, state: Mapping[str, Any] | None) -> str | None:
+    def _resolve_type(self, state: CursorState | None) -> str | None:
         spec = self.spec
         if spec.cursor_type is not None:
             return spec.cursor_type
-        stype = state.get("cursor_type") if state else None
+        stype = state.cursor_type if state else None
         if spec._type is not None:
             if spec._type == "date" and stype == "timestamp":
                 return "timestamp"
@@ -510,7 +157,7 @@ class IncrementalRun(Incremental):
             t = cv.detect_type(value)
             if t is None:
                 raise IncrementalConfigError(f"{what}={value!r} cannot be a cursor value.")
-            self._adopt_type(t, value, what)
+            self.adopt_type(t, value, what)
         try:
             return cv.to_key(value, self.cursor_type)  # type: ignore[arg-type]
         except cv.KeyConversionError as e:
@@ -534,87 +181,84 @@ class IncrementalRun(Incremental):
         except cv.KeyConversionError:
             return value
 
-    def _resolve_range(self, state: Mapping[str, Any] | None, window: tuple[Any, Any] | None) -> None:
+    def _resolve_range(self, state: CursorState | None, window: tuple[Any, Any] | None) -> None:
         spec = self.spec
-        if state is not None and state.get("initial_value") is not None:
-            self._state_initial = self._key(state["initial_value"], "state initial_value")
-        initial_key = None
+        if state is not None and state.initial_value is not None:
+            self._state_initial = self._key(state.initial_value, "state initial_value")
+        self._initial = None
         if spec.initial_value is not None:
-            initial_key = (
+            self._initial = (
                 spec._initial_key if not spec.is_callable else self._key(spec.initial_value, "initial_value")
             )
-        self._initial = initial_key
         end_key = None
         if spec.end_value is not None:
             end_key = spec._end_key if not spec.is_callable else self._key(spec.end_value, "end_value")
-        start_open = spec.range_start == "open"
-        end_closed = spec.range_end == "closed"
-        from_state = False
-        start = initial_key
-        if not self.is_backfill and state and state.get("last_value") is not None:
-            self._state_last = self._key(state["last_value"], "state last_value")
-            start = self._state_last
-            from_state = True
-            if spec.lag is not None and self.cursor_type is not None:
-                floor = initial_key if initial_key is not None else self._state_initial
-                start = cv.apply_lag(start, spec.lag, self.cursor_type, spec.direction, floor)
-                from_state = start == self._state_last
+        start, from_state = self._start_from(state)
+        start_open, end_closed = spec.range_start == "open", spec.range_end == "closed"
         if window is not None:
-            if spec.is_callable or spec.direction != "max":
-                raise IncrementalConfigError(
-                    "bind(window=...) needs last_value_func='max' (windows are time ranges going up)."
-                )
-            ws, we = window
-            ws_key = self._key(ws, "window start") if ws is not None else None
-            we_key = self._key(we, "window end") if we is not None else None
-            if ws_key is not None and (start is None or ws_key > start):
-                start, start_open, from_state = ws_key, False, False  # the window start is inclusive
-            if we_key is not None and (end_key is None or we_key <= end_key):
-                end_key, end_closed = we_key, False  # the window end is exclusive
+            start, start_open, end_key, end_closed, from_state = self._clamp_to_window(
+                window, start, start_open, end_key, end_closed, from_state
+            )
         self.start_key = start
         self.end_key = end_key
         self.start_closed = not start_open
         self.end_closed = end_closed
-        # boundary
-        stored = self._stored_boundary(state)
-        self._start_set: Boundary | None = None
-        boundary: Boundary | None = None
-        if self._dedup:
-            if from_state:
-                if stored is not None and stored.value == start and not stored.overflow:
-                    self._start_set = stored
-                    boundary = stored
-                else:
-                    self.boundary_unverified = True
-                    boundary = Boundary(start, frozenset(), True)
-            else:
-                boundary = Boundary(start)
-        self._cursor = Cursor(start, boundary)
+        self._cursor = Cursor(start, self._start_boundary(state, start, from_state))
 
-    def _stored_boundary(self, state: Mapping[str, Any] | None) -> Boundary | None:
+    def _start_from(self, state: CursorState | None) -> tuple[Any, bool]:
+        """(start key, whether it is the state's last_value): lag moves it back, not below the floor."""
+        spec = self.spec
+        if self.is_backfill or state is None or state.last_value is None:
+            return self._initial, False
+        self._state_last = self._key(state.last_value, "state last_value")
+        start = self._state_last
+        if spec.lag is not None and self.cursor_type is not None:
+            floor = self._initial if self._initial is not None else self._state_initial
+            start = cv.apply_lag(start, spec.lag, self.cursor_type, spec.direction, floor)
+        return start, start == self._state_last
+
+    def _clamp_to_window(
+        self, window: tuple[Any, Any], start: Any, start_open: bool, end_key: Any, end_closed: bool, from_state: bool
+    ) -> tuple[Any, bool, Any, bool, bool]:
+        """The range narrowed to a partition window: its start inclusive, its end exclusive."""
+        if self.spec.is_callable or self.spec.direction != "max":
+            raise IncrementalConfigError(
+                "bind(window=...) needs last_value_func='max' (windows are time ranges going up)."
+            )
+        ws, we = window
+        ws_key = self._key(ws, "window start") if ws is not None else None
+        we_key = self._key(we, "window end") if we is not None else None
+        if ws_key is not None and (start is None or ws_key > start):
+            start, start_open, from_state = ws_key, False, False
+        if we_key is not None and (end_key is None or we_key <= end_key):
+            end_key, end_closed = we_key, False
+        return start, start_open, end_key, end_closed, from_state
+
+    def _start_boundary(self, state: CursorState | None, start: Any, from_state: bool) -> Boundary | None:
+        """The boundary the run starts with; sets the stored one to dedup against, if trusted."""
+        self._start_set: Boundary | None = None
+        if not self._dedup:
+            return None
+        if not from_state:
+            return Boundary(start)
+        stored = self._stored_boundary(state)
+        if stored is not None and stored.value == start and not stored.overflow:
+            self._start_set = stored
+            return stored
+        self.boundary_unverified = True
+        return Boundary(start, frozenset(), True)
+
+    def _stored_boundary(self, state: CursorState | None) -> Boundary | None:
         """The state's boundary if it can be trusted: same dedup key. A state whose dedup_key
         differs keeps its last_value but loses its boundary keys (rows at the start value are then
         all kept and flagged `boundary_unverified`)."""
-        if not state or not isinstance(state.get("boundary"), Mapping):
+        if state is None or state.boundary is None or state.dedup_key != self.dedup_key:
             return None
-        stored_key = state.get("dedup_key")
-        mine = self.dedup_key if isinstance(self.dedup_key, str) else list(self.dedup_key)
-        if stored_key != mine:
+        b = state.boundary
+        if b.value is None:
             return None
-        b = state["boundary"]
-        if b.get("value") is None:
-            return None
-        value = self._key(b["value"], "state boundary value")
-        keys = b.get("keys") or ()
-        if state.get("version", STATE_VERSION) != 1 and self.dedup_key != CONTENT:
-            keys = (canonical_json(k) for k in keys)  # stored as values, compared as their JSON
-        return Boundary(value, frozenset(keys), bool(b.get("overflow")))
-
-    def _shown_keys(self, keys: frozenset[str]) -> list[Any]:
-        """Boundary keys as the state stores them: primary-key values as they are (the UI shows
-        ev_1, not its JSON text), content hashes as hex."""
-        ordered = sorted(keys)
-        return ordered if self.dedup_key == CONTENT else [json.loads(k) for k in ordered]
+        value = self._key(b.value, "state boundary value")
+        return Boundary(value, b.key_texts(state.version, self.dedup_key), b.overflow)
 
     # -- public values -----------------------------------------------------------------------------
 
@@ -679,8 +323,14 @@ class IncrementalRun(Incremental):
     @property
     def state(self) -> dict[str, Any] | None:
         """The JSON-serialisable state to persist; for a backfill, the state given to bind."""
+        typed = self.cursor_state
+        return typed.to_dict() if typed is not None else None
+
+    @property
+    def cursor_state(self) -> CursorState | None:
+        """`state` as the typed value (what the asset layer stores)."""
         if self.is_backfill:
-            return copy.deepcopy(self._given_state)
+            return self._given_state
         spec = self.spec
         last = self._cursor.last
         if self._state_last is not None and (
@@ -691,28 +341,23 @@ class IncrementalRun(Incremental):
             last = self._state_last  # lag or a window never move the state backwards
         initial = self._state_initial if self._state_initial is not None else self._initial
         boundary = self._cursor.boundary
-        out: dict[str, Any] = {
-            "version": STATE_VERSION,
-            "cursor_path": spec.cursor_path,
-            "cursor_type": self.cursor_type,
-            "last_value_func": _func_name(spec.last_value_func),
-            "initial_value": self._canonical(initial),
-            "last_value": self._canonical(last),
-            "start_value": self._canonical(self.start_key),
-            "dedup_key": self.dedup_key if isinstance(self.dedup_key, str) else list(self.dedup_key),
-            "boundary": None,
-        }
+        stored = None
         if self._dedup and boundary is not None and boundary.value is not None and boundary.value == last:
-            out["boundary"] = {
-                "value": self._canonical(boundary.value),
-                "keys": self._shown_keys(boundary.keys),
-                "overflow": boundary.overflow,
-            }
-        return out
+            stored = StoredBoundary.of(self._canonical(boundary.value), boundary.keys, boundary.overflow, self.dedup_key)
+        return CursorState(
+            cursor_path=spec.cursor_path,
+            cursor_type=self.cursor_type,
+            last_value_func=_func_name(spec.last_value_func),
+            initial_value=self._canonical(initial),
+            last_value=self._canonical(last),
+            start_value=self._canonical(self.start_key),
+            dedup_key=self.dedup_key,
+            boundary=stored,
+        )
 
     # -- types ---------------------------------------------------------------------------------
 
-    def _adopt_type(self, detected: str | None, sample: Any, where: str) -> None:
+    def adopt_type(self, detected: str | None, sample: Any, where: str) -> None:
         """Fix the cursor type from the data when nothing declared it; an inferred "date"
         (from a date initial_value) becomes "timestamp" when the rows carry timestamps."""
         if detected is None:
@@ -792,13 +437,26 @@ class IncrementalRun(Incremental):
             if out:
                 yield out
 
-    # -- per kind ------------------------------------------------------------------------------------
+    # -- what a filter engine outside this module (the Spark filter) reads and reports ----------------
 
-    def _apply(self, decision: Decision) -> np.ndarray:
-        self._advance(decision.cursor, decision.start_out_of_range, decision.end_out_of_range)
-        return decision.keep
+    @property
+    def decision_inputs(self) -> RangeSpec:
+        """The run's constants every filter needs, in key space (range, missing policy, dedup)."""
+        return RangeSpec(direction=self.spec.direction, **self._bounds())
 
-    def _advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None:
+    @property
+    def cursor(self) -> Cursor:
+        """The live cursor: last_value so far (a key) and the boundary of that value."""
+        return self._cursor
+
+    def type_after(self, detected: str) -> str:
+        """The cursor type adopt_type(detected) would give, without adopting it yet."""
+        ctype = self.cursor_type
+        if ctype is None or (ctype == "date" and detected == "timestamp" and not self._type_explicit):
+            return detected
+        return ctype
+
+    def advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None:
         """Take the cursor after a batch. A detected (not declared) "date" cursor whose values
         carry a time of day becomes "timestamp": storing a truncated date would re-read rows."""
         self._cursor = cursor
@@ -814,7 +472,6 @@ class IncrementalRun(Incremental):
             self.cursor_type = "timestamp"
 
     def _bounds(self) -> dict[str, Any]:
-        """The run's constants both filtering paths need (range, missing policy, dedup)."""
         return {
             "start": self.start_key,
             "start_open": not self.start_closed,
@@ -825,13 +482,14 @@ class IncrementalRun(Incremental):
             "start_set": self._start_set,
         }
 
-    def _range_spec(self) -> RangeSpec:
-        return RangeSpec(direction=self.spec.direction, **self._bounds())
-
     def _callable_spec(self) -> CallableSpec:
         return CallableSpec(func=self.spec.last_value_func, **self._bounds())  # type: ignore[arg-type]
 
-    def _missing_error(self, row: Any, missing: bool, where: str) -> Exception:
+    def _apply(self, decision: Decision) -> np.ndarray:
+        self.advance(decision.cursor, decision.start_out_of_range, decision.end_out_of_range)
+        return decision.keep
+
+    def missing_error(self, row: Any, missing: bool, where: str) -> Exception:
         path = self.spec.cursor_path
         if missing:
             return CursorPathMissing(
@@ -843,14 +501,14 @@ class IncrementalRun(Incremental):
             "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them)."
         )
 
-    def _type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
+    def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
         return CursorTypeError(
             f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}) "
             f"in {where} cannot be compared with the {self.cursor_type} cursor: {reason}. Row: "
             f"{_short(row)}. Convert the column to one type (or set cursor_type=...)."
         )
 
-    # -- per kind: each builds one key array and hands it to filter_core.decide ---------------------
+    # -- per kind: each builds one key array and hands it to decide.decide ---------------------
 
     def _keep(
         self,
@@ -858,13 +516,13 @@ class IncrementalRun(Incremental):
         rows_at: Callable[[np.ndarray], list[Any]],
         null_error: Callable[[int], Exception],
     ) -> np.ndarray:
-        """filter_core.decide for one batch; `rows_at(indices)` gives rows to key (only boundary rows)."""
+        """decide.decide for one batch; `rows_at(indices)` gives rows to key (only boundary rows)."""
         dk = self.dedup_key
 
         def dedup_keys(idx: np.ndarray) -> list[str]:
             return [row_dedup_key(r, dk, where=f"row {i}") for i, r in zip(idx, rows_at(idx), strict=True)]
 
-        return self._apply(decide(keys, self._range_spec(), self._cursor, dedup_keys, null_error))
+        return self._apply(decide(keys, self.decision_inputs, self._cursor, dedup_keys, null_error))
 
     def _filter_rows(self, rows: list[Any]) -> list[Any]:
         return [rows[i] for i in self._row_indices(rows)] if rows else []
@@ -878,7 +536,7 @@ class IncrementalRun(Incremental):
             return [rows[i] for i in idx]
 
         def null_error(i: int) -> Exception:
-            return self._missing_error(rows[i], values[i] is MISSING, f"row {i}")
+            return self.missing_error(rows[i], values[i] is MISSING, f"row {i}")
 
         if self.spec.is_callable:
             return np.flatnonzero(self._decide_callable(values, rows, rows_at, null_error))
@@ -893,15 +551,15 @@ class IncrementalRun(Incremental):
             if i is not None:
                 detected = cv.detect_type(plain[i])
                 if detected is None:
-                    raise self._type_error(plain[i], row_at(i), f"row {i}", "it is not a scalar cursor value")
-                self._adopt_type(detected, plain[i], f"row {i}")
+                    raise self.type_error(plain[i], row_at(i), f"row {i}", "it is not a scalar cursor value")
+                self.adopt_type(detected, plain[i], f"row {i}")
         if self.cursor_type is None:
             return pa.nulls(len(plain), pa.int64())
         try:
             return cv.values_to_keys(plain, self.cursor_type)
         except cv.KeyConversionError as e:
             i = e.index or 0
-            raise self._type_error(e.value, row_at(i), f"row {i}", e.reason) from None
+            raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
 
     def _arrow_keys(self, col: pa.Array, row_at: Callable[[int], Any]) -> pa.Array:
         """An Arrow cursor column as keys (vectorised), detecting the type if needed."""
@@ -909,17 +567,17 @@ class IncrementalRun(Incremental):
             detected = cv.detect_arrow_type(col)
             if detected is None:
                 i = pc.indices_nonzero(col.is_valid())[0].as_py()
-                raise self._type_error(
+                raise self.type_error(
                     col[i].as_py(), row_at(i), f"row {i}", f"a {col.type} column cannot be a cursor"
                 )
-            self._adopt_type(detected, None, "the table")
+            self.adopt_type(detected, None, "the table")
         if self.cursor_type is None:
             return pa.nulls(len(col), pa.int64())
         try:
             return cv.arrow_to_keys(col, self.cursor_type)
         except cv.KeyConversionError as e:
             i = e.index or 0
-            raise self._type_error(e.value, row_at(i), f"row {i}", e.reason) from None
+            raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
 
     def _decide_callable(self, values, rows, rows_at, null_error) -> np.ndarray:
         """Values go to the user's function in public form (ISO strings as pendulum instants)."""
@@ -938,11 +596,11 @@ class IncrementalRun(Incremental):
                 try:
                     public.append(cv.key_to_public(cv.to_key(v, ctype), ctype))
                 except cv.KeyConversionError as e:
-                    raise self._type_error(v, rows[i], f"row {i}", e.reason) from None
+                    raise self.type_error(v, rows[i], f"row {i}", e.reason) from None
             values = public
 
         def type_error(i: int, e: Exception) -> Exception:
-            return self._type_error(values[i], rows[i], f"row {i}", f"last_value_func raised {e!r}")
+            return self.type_error(values[i], rows[i], f"row {i}", f"last_value_func raised {e!r}")
 
         dk = self.dedup_key
 
@@ -983,7 +641,7 @@ class IncrementalRun(Incremental):
             )
         keys = self._arrow_keys(col, row_at)
         where = f"(column {self.spec.path.column!r})"
-        keep = self._keep(keys, rows_at, lambda i: self._missing_error(row_at(i), False, f"row {i} {where}"))
+        keep = self._keep(keys, rows_at, lambda i: self.missing_error(row_at(i), False, f"row {i} {where}"))
         return table.filter(pa.array(keep, pa.bool_()))
 
     def _filter_pandas(self, df: Any) -> Any:
@@ -1018,5 +676,5 @@ class IncrementalRun(Incremental):
             plain = [None if v is MISSING or (isinstance(v, float) and v != v) else v for v in values]
             keys = self._python_keys(plain, row_at)
         where = f"(column {column!r})"
-        keep = self._keep(keys, rows_at, lambda i: self._missing_error(row_at(i), False, f"row {i} {where}"))
+        keep = self._keep(keys, rows_at, lambda i: self.missing_error(row_at(i), False, f"row {i} {where}"))
         return df[keep]
