@@ -14,6 +14,7 @@ from functools import reduce
 from typing import Any
 
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
 
 
 def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec: Any) -> Any:
@@ -38,10 +39,10 @@ def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec:
     return frame
 
 
-def _anti_join_boundary(spark, frame, table: str, column: str, value: Any, dedup_key: Any):
+def _anti_join_boundary(spark, frame, table: TableRef, column: str, value: Any, dedup_key: Any):
     from pyspark.sql import functions as F
 
-    existing = spark.table(table)
+    existing = spark.table(table.sql)
     if isinstance(dedup_key, (tuple, list)) and dedup_key:
         keys = [k for k in dedup_key if k in frame.columns and k in existing.columns]
     else:  # content dedup: every column both sides share

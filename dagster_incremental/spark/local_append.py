@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.table_ref import TableRef
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
 ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
@@ -93,7 +94,7 @@ class LocalAppend:
     compression_level: int | None
 
     @classmethod
-    def open(cls, spark: Any, table: str) -> LocalAppend | None:
+    def open(cls, spark: Any, table: TableRef) -> LocalAppend | None:
         """The table, if its data files can be written from here (else None: use Spark)."""
         from dagster_incremental.spark.commit import iceberg_table
 

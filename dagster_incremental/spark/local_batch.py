@@ -30,7 +30,7 @@ _ARRIVAL = "__di_arrival"
 
 
 def covers(spec: WriteSpec, columns: list[str]) -> bool:
-    """Whether this module can prepare the batch (else merge_strategies does it in Spark).
+    """Whether this module can prepare the batch (else the merge strategy does it in Spark).
 
     A batch with a missing key/dedup column or a reserved name goes the Spark way, which
     reports those errors.

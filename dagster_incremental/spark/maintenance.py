@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteResult
 
 COMPACT_AT_DELETE_FILES = 64
@@ -35,16 +36,16 @@ def needs_compaction(result: WriteResult) -> bool:
     return many_rows or result.delete_files >= COMPACT_AT_DELETE_FILES
 
 
-def compact(spark: SparkSession, table: str) -> dict[str, Any]:
-    """Rewrite the data files of `table` (fully qualified, quoted) that carry delete files.
+def compact(spark: SparkSession, table: TableRef) -> dict[str, Any]:
+    """Rewrite the data files of `table` that carry delete files.
 
     Returns the procedure's result row as a dict (rewritten/added file counts...).
     """
-    from dagster_incremental.spark.writer import string_literal, split_identifier
+    from dagster_incremental.spark.dialect import string_literal
     from dagster_incremental.spark.sql import qualified
 
-    catalog, *rest = split_identifier(table)
-    name = string_literal(spark, qualified(*rest))
+    catalog = table.catalog
+    name = string_literal(spark, table.in_catalog_sql)
     rows = spark.sql(
         f"CALL {qualified(catalog)}.system.rewrite_data_files(table => {name}, options => map("
         "'delete-file-threshold', '1'))"

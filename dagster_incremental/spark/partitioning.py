@@ -101,7 +101,7 @@ def partition_source_columns(partition_by: Sequence[str], columns: Iterable[str]
 def partition_bounds(batch: DataFrame, partition_by: Sequence[str]) -> list[tuple[str, Any, Any]]:
     """(column, min, max) of each partition source column of `batch`, in ONE Spark job.
 
-    The format is merge_strategies.merge_statement's `prune=`: a column holding any NULL gets
+    The format is MergeStrategy.merge_statement's `prune=`: a column holding any NULL gets
     (column, None, None), meaning "don't prune on it" (a range can't cover NULL). An empty batch
     also gives (column, None, None). Transforms prune through their source column: Iceberg
     projects `ts BETWEEN lo AND hi` onto days(ts) partitions.

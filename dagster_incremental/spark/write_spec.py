@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dagster_incremental.spark.table_ref import TableRef
+
 Disposition = Literal["append", "replace", "merge"]
 MergeStrategy = Literal["delete-insert", "upsert", "scd2"]
 TableFormat = Literal["iceberg", "delta"]
@@ -33,7 +35,7 @@ class Scd2Options:
 class WriteSpec:
     """How one asset's table is written; static for the asset (decorator < config.toml)."""
 
-    table: str  # fully qualified and already quoted per part: `lake`.`ns`.`orders`
+    table: TableRef
     disposition: Disposition = "append"
     strategy: MergeStrategy | None = None  # only with disposition == "merge"
     primary_key: tuple[str, ...] = ()

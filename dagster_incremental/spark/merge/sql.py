@@ -20,6 +20,11 @@ SURVIVOR = "__di_survivor"  # the row won its key's dedup (the only row of its k
 INSERT = "__di_insert"  # in a MERGE source: the row is to be inserted (not a key-only row)
 
 
+def written_columns(columns: Sequence[str]) -> list[str]:
+    """The columns a MERGE writes: the table's, never a `__di_*` helper."""
+    return [name for name in columns if not name.startswith(HELPER_PREFIX)]
+
+
 def join_keys(n: int) -> list[str]:
     """Names of the n join-key columns of a MERGE source (kept apart from the user's columns)."""
     return [f"{HELPER_PREFIX}k{i}" for i in range(n)]
