@@ -1,11 +1,10 @@
-"""Append without duplicates when the boundary dedup state overflowed.
+"""Append without duplicates when the boundary dedup state overflowed."""
 
-The cursor engine keeps at most a bounded number of keys of the rows at the high-water mark.
-When more rows shared that value, the next run keeps every row at it (never losing one) and
-flags `boundary_unverified`. For merge dispositions that is harmless (the merge is idempotent);
-for append, the rows at the boundary value that the table already holds are dropped here, with
-an anti-join against only the table rows at that value.
-"""
+# The cursor engine keeps at most a bounded number of keys of the rows at the high-water mark.
+# When more rows shared that value, the next run keeps every row at it (never losing one) and
+# flags `boundary_unverified`. For merge dispositions that is harmless (the merge is idempotent);
+# for append, the rows at the boundary value that the table already holds are dropped here, with
+# an anti-join against only the table rows at that value.
 
 from __future__ import annotations
 

@@ -1,18 +1,17 @@
-"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit.
+"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit."""
 
-The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
-`.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
-(`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
-Iceberg 1.10.2 (tests/spark/test_commit.py):
-
-- DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
-- SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but
-  `org.apache.iceberg.spark.CommitMetadata.withCommitProperties(map, callable, exClass)` works.
-  It keeps the properties in a JVM ThreadLocal while `callable` runs; we call it over py4j with a
-  Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
-  With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
-  thread that holds the ThreadLocal; that is checked on every call, never assumed.
-"""
+# The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
+# `.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
+# (`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
+# Iceberg 1.10.2 (tests/spark/test_commit.py):
+#
+# - DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
+# - SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but
+#   `org.apache.iceberg.spark.CommitMetadata.withCommitProperties(map, callable, exClass)` works.
+#   It keeps the properties in a JVM ThreadLocal while `callable` runs; we call it over py4j with a
+#   Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
+#   With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
+#   thread that holds the ThreadLocal; that is checked on every call, never assumed.
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes.
+"""Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes."""
 
-Why: keyed merge tables are merge-on-read (table_writer): a change run writes its new rows and
-a small delete file instead of rewriting every data file an update touches (copy-on-write),
-which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
-pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
-earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
-(and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
-manager folds them into the
-data files (Iceberg's rewrite_data_files on the files that have deletes, then
-rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
-rewrite copy-on-write did on every run, done once per many runs. A compaction is
-its own commit without a cursor; losing it loses nothing.
-"""
+# Why: keyed merge tables are merge-on-read (see dialect): a change run writes its new rows and
+# a small delete file instead of rewriting every data file an update touches (copy-on-write),
+# which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
+# pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
+# earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
+# (and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
+# manager folds them into the
+# data files (Iceberg's rewrite_data_files on the files that have deletes, then
+# rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
+# rewrite copy-on-write did on every run, done once per many runs. A compaction is
+# its own commit without a cursor; losing it loses nothing.
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
-"""Partition specs as users write them ("region", "days(updated_at)") and batch bounds for pruning.
+"""Partition specs as users write them ("region", "days(updated_at)") and batch bounds for pruning."""
 
-Why a parser instead of pasting the text into DDL: `partition_by` comes from a decorator or
-config.toml, and anything pasted into SQL is an injection point. A spec is either a column of the
-table (identity) or one of Iceberg's transforms applied to one; the column is always quoted.
-
-Why bounds: a MERGE whose ON condition carries `t.col BETWEEN :lo AND :hi` for the batch's
-partition columns lets Iceberg skip every data file outside that range, so a merge costs what the
-batch touches, not what the table holds.
-"""
+# Why a parser instead of pasting the text into DDL: `partition_by` comes from a decorator or
+# config.toml, and anything pasted into SQL is an injection point. A spec is either a column of the
+# table (identity) or one of Iceberg's transforms applied to one; the column is always quoted.
+#
+# Why bounds: a MERGE whose ON condition carries `t.col BETWEEN :lo AND :hi` for the batch's
+# partition columns lets Iceberg skip every data file outside that range, so a merge costs what the
+# batch touches, not what the table holds.
 
 from __future__ import annotations
 

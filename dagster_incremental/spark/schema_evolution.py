@@ -1,23 +1,22 @@
-"""Reconcile a batch's schema with its table's BEFORE any data is written.
+"""Reconcile a batch's schema with its table's BEFORE any data is written."""
 
-The table is the contract: the batch is fitted to it, and the table changes only in the ways
-Iceberg supports without rewriting data:
-
-- a batch column the table lacks is added (`ALTER TABLE ... ADD COLUMNS`, nullable, at the end);
-- a table column narrower than the batch's is widened where Iceberg allows a type promotion
-  (int -> bigint, float -> double, decimal(P,S) -> decimal(P',S) with P' > P);
-- a batch column narrower than its table column is cast when the cast is lossless (int into
-  bigint, float into double, date into timestamp, ...);
-- a table column the batch lacks is loaded as a typed NULL.
-
-Anything else (string into bigint, timestamp into date, timestamp vs timestamp_ntz, changed
-nested types) is a DataShapeError naming the table, the column and both types; it is raised
-after planning and before the first ALTER, so a rejected batch changes nothing.
-
-date -> timestamp is deliberately NOT a widening of the table: Iceberg has no such type
-promotion (a date column can never become a timestamp column in place). A batch with timestamps
-for a date column is rejected with a hint (cast in the asset, or run a full refresh).
-"""
+# The table is the contract: the batch is fitted to it, and the table changes only in the ways
+# Iceberg supports without rewriting data:
+#
+# - a batch column the table lacks is added (`ALTER TABLE ... ADD COLUMNS`, nullable, at the end);
+# - a table column narrower than the batch's is widened where Iceberg allows a type promotion
+#   (int -> bigint, float -> double, decimal(P,S) -> decimal(P',S) with P' > P);
+# - a batch column narrower than its table column is cast when the cast is lossless (int into
+#   bigint, float into double, date into timestamp, ...);
+# - a table column the batch lacks is loaded as a typed NULL.
+#
+# Anything else (string into bigint, timestamp into date, timestamp vs timestamp_ntz, changed
+# nested types) is a DataShapeError naming the table, the column and both types; it is raised
+# after planning and before the first ALTER, so a rejected batch changes nothing.
+#
+# date -> timestamp is deliberately NOT a widening of the table: Iceberg has no such type
+# promotion (a date column can never become a timestamp column in place). A batch with timestamps
+# for a date column is rejected with a hint (cast in the asset, or run a full refresh).
 
 from __future__ import annotations
 

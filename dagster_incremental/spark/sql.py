@@ -1,8 +1,7 @@
-"""Quoting for Spark SQL: every identifier is quoted, no value ever becomes SQL text.
+"""Quoting for Spark SQL: every identifier is quoted, no value ever becomes SQL text."""
 
-Values reach SQL only as named parameters (`spark.sql(text, args={...})`, Spark >= 3.4) or as
-Column literals; this module only ever renders identifiers.
-"""
+# Values reach SQL only as named parameters (`spark.sql(text, args={...})`, Spark >= 3.4) or as
+# Column literals; this module only ever renders identifiers.
 
 from __future__ import annotations
 

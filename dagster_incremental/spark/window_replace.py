@@ -65,13 +65,7 @@ def replace_window(
         )
     view = f"di_window_{commit.commit_id}"
     source.createOrReplaceTempView(view)
-    names = table_schema.fieldNames()
-    text = (
-        f"MERGE INTO {commit.table.sql} AS t USING {quote(view)} AS s ON {condition}\n"
-        "WHEN MATCHED THEN DELETE\n"
-        f"WHEN NOT MATCHED AND s.{quote(WINDOW_OP)} THEN INSERT ({column_list(names)}) "
-        f"VALUES ({column_list(names, 's')})"
-    )
+    text = _statement(commit, view, condition, table_schema.fieldNames())
     try:
         commit.run(spark, lambda: spark.sql(text, args=args))
     except Exception as exc:
@@ -84,6 +78,16 @@ def replace_window(
         ) from exc
     finally:
         spark.catalog.dropTempView(view)
+
+
+def _statement(commit: PendingCommit, view: str, condition: str, names: list[str]) -> str:
+    """Delete what matches (the window, moved keys), insert the batch rows."""
+    return (
+        f"MERGE INTO {commit.table.sql} AS t USING {quote(view)} AS s ON {condition}\n"
+        "WHEN MATCHED THEN DELETE\n"
+        f"WHEN NOT MATCHED AND s.{quote(WINDOW_OP)} THEN INSERT ({column_list(names)}) "
+        f"VALUES ({column_list(names, 's')})"
+    )
 
 
 def _window_source(

@@ -1,8 +1,7 @@
-"""What the table writer is told: the asset's static write settings and one run's batch.
+"""What the table writer is told: the asset's static write settings and one run's batch."""
 
-These plain dataclasses are the seam between the Dagster side (asset factory, IO manager) and the
-Spark side (table writer, merge strategies): neither imports the other's world to talk.
-"""
+# These plain dataclasses are the seam between the Dagster side (asset factory, IO manager) and the
+# Spark side (table writer, merge strategies): neither imports the other's world to talk.
 
 from __future__ import annotations
 

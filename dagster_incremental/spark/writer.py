@@ -1,12 +1,11 @@
-"""TableWriter: one run's batch into its Spark table as ONE commit that also carries the cursor.
+"""TableWriter: one run's batch into its Spark table as ONE commit that also carries the cursor."""
 
-It keeps only the order of things and delegates the rest (merge semantics, schema fitting,
-window replace, table creation, statistics) to the modules beside it.
-
-    ensure namespace + table -> fit the schema (ALTERs, before any data) -> ONE data commit
-    (append | overwrite-all | window MERGE | strategy MERGE | CREATE OR REPLACE ... AS SELECT)
-    carrying the cursor -> read what that commit did from its snapshot
-"""
+# It keeps only the order of things and delegates the rest (merge semantics, schema fitting,
+# window replace, table creation, statistics) to the modules beside it.
+#
+#     ensure namespace + table -> fit the schema (ALTERs, before any data) -> ONE data commit
+#     (append | overwrite-all | window MERGE | strategy MERGE | CREATE OR REPLACE ... AS SELECT)
+#     carrying the cursor -> read what that commit did from its snapshot
 
 from __future__ import annotations
 

@@ -1,13 +1,12 @@
 """The merge strategies (delete-insert, upsert, scd2): one module each, one MERGE per run, found
-by name in STRATEGIES.
+by name in STRATEGIES."""
 
-Pruning by partition bounds assumes a key's rows never move to another partition (the partition
-columns are part of the key): the writer's `prunable_partition_by` picks only such columns.
-Semantics are dlt's, minus its bugs: every strategy deduplicates the batch by primary key (no
-MERGE_CARDINALITY_VIOLATION), tombstones are never inserted, NULL keys are rejected before
-anything is written, compound keys compare column by column, and scd2 honours primary_key and
-hard_delete.
-"""
+# Pruning by partition bounds assumes a key's rows never move to another partition (the partition
+# columns are part of the key): the writer's `prunable_partition_by` picks only such columns.
+# Semantics are dlt's, minus its bugs: every strategy deduplicates the batch by primary key (no
+# MERGE_CARDINALITY_VIOLATION), tombstones are never inserted, NULL keys are rejected before
+# anything is written, compound keys compare column by column, and scd2 honours primary_key and
+# hard_delete.
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""scd2: keep every version of a row, with validity timestamps, in one MERGE.
+"""scd2: keep every version of a row, with validity timestamps, in one MERGE."""
 
-Why one MERGE and not dlt's UPDATE-then-INSERT: the writer attaches the cursor to exactly one
-table commit, and two statements would leave a window where versions are retired but their
-successors are missing. Why a precomputed source instead of `WHEN NOT MATCHED BY SOURCE`: a MERGE
-condition cannot hold a subquery, so "only retire rows whose merge_key is in the batch" has to be
-decided by joins inside the source query; the MERGE itself then only retires what the source
-names and inserts what the source carries.
-
-Differences from dlt, on purpose: the primary key (when given) identifies the entity, so a changed
-row retires its own old version; hard_delete retires without inserting; identical duplicates
-collapse to one version; compound keys compare column by column; the row hash is canonical and
-NULL-safe (no collisions between ("a", "bc") and ("ab", "c")).
-"""
+# Why one MERGE and not dlt's UPDATE-then-INSERT: the writer attaches the cursor to exactly one
+# table commit, and two statements would leave a window where versions are retired but their
+# successors are missing. Why a precomputed source instead of `WHEN NOT MATCHED BY SOURCE`: a MERGE
+# condition cannot hold a subquery, so "only retire rows whose merge_key is in the batch" has to be
+# decided by joins inside the source query; the MERGE itself then only retires what the source
+# names and inserts what the source carries.
+#
+# Differences from dlt, on purpose: the primary key (when given) identifies the entity, so a changed
+# row retires its own old version; hard_delete retires without inserting; identical duplicates
+# collapse to one version; compound keys compare column by column; the row hash is canonical and
+# NULL-safe (no collisions between ("a", "bc") and ("ab", "c")).
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Small SQL fragments the merge statements are assembled from.
+"""Small SQL fragments the merge statements are assembled from."""
 
-Why a module of its own: every merge strategy needs the same few pieces (key equality column by
-column, conjunctions, partition-pruning bounds, named parameters), and building them in one place
-keeps the rule "identifiers are quoted, values are parameters" checkable in one screen.
-"""
+# Why a module of its own: every merge strategy needs the same few pieces (key equality column by
+# column, conjunctions, partition-pruning bounds, named parameters), and building them in one place
+# keeps the rule "identifiers are quoted, values are parameters" checkable in one screen.
 
 from __future__ import annotations
 
