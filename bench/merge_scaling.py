@@ -93,10 +93,10 @@ def measure(spark, writer, size: int, changes: int, recent_days: int, repeats: i
             layout: str = "correlated", properties: dict | None = None) -> dict:
     from pyspark.sql import types as T
 
-    from dagster_incremental.spark.writer import table_name
+    from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
-    table = table_name(common.CATALOG, common.NAMESPACE, [f"orders_{size}"])
+    table = TableRef.for_asset(common.CATALOG, common.NAMESPACE, [f"orders_{size}"])
     props = dict(properties or {})
     append = WriteSpec(table=table, disposition="append", partition_by=tuple(partition_by), table_properties=props)
     t = time.perf_counter()
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = [int(s) for s in args.sizes.split(",")]
     partition_by = [p.strip() for p in args.partition_by.split(";" if ";" in args.partition_by else "|") if p.strip()]
 
+    from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.writer import TableWriter, prunable_partition_by
     from dagster_incremental.spark.write_spec import WriteSpec
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
             measure(spark, writer, 20_000, min(args.changes, 1000), 1, 1, partition_by, timer)
         out = [measure(spark, writer, s, args.changes, args.recent_days, args.repeats, partition_by, timer, args.layout, properties) for s in sizes]
         prunes = prunable_partition_by(
-            WriteSpec(table="`t`", disposition="merge", strategy="upsert", primary_key=("id",),
+            WriteSpec(table=TableRef("lake", ("bench",), "t"), disposition="merge", strategy="upsert", primary_key=("id",),
                       partition_by=tuple(partition_by)),
             ["id", "customer_id", "status", "amount", "version", "updated_at"])
         record = {

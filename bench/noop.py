@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
             trivial_s.append(round(materialize(trivial), 3))
             timer.reset()
             common.log(f"no-op {noop_s[-1]} s, trivial {trivial_s[-1]} s {phases[-1]}")
-        rows = spark.table(io.table_name(dg.AssetKey("orders"))).count()
+        rows = spark.table(io.table_name(dg.AssetKey("orders")).sql).count()
         med_n, med_t = statistics.median(noop_s), statistics.median(trivial_s)
         record = {
             "bench": "noop",

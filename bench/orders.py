@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
                 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
                 common.log(out.getvalue())
             common.log(f"run {run}: {seconds[-1]} s {meta[-1]} {phases[-1]}")
-        table = io.table_name(dg.AssetKey("orders"))
+        table = io.table_name(dg.AssetKey("orders")).sql
         n = spark.table(table).count()
         # Peaks before the verification adds its own tables.
         peak_runs, jvm_peak = common.py_peak_rss_mb(), common.jvm_peak_rss_mb(spark)

@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> dict:
     import dagster as dg
 
     from dagster_incremental import Incremental, incremental, incremental_asset
-    from dagster_incremental.spark.writer import DEFAULT_TABLE_PROPERTIES, TableWriter, table_name
+    from dagster_incremental.spark.dialect import DEFAULT_TABLE_PROPERTIES
+    from dagster_incremental.spark.table_ref import TableRef
+    from dagster_incremental.spark.writer import TableWriter
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
     start_s = EPOCH_S + int(args.rows * (1 - args.keep))
@@ -81,24 +83,24 @@ def main(argv: list[str] | None = None) -> dict:
             return f"{prefix}_{counter['n']}"
 
         def plain() -> tuple[float, int]:
-            name = table_name(common.CATALOG, common.NAMESPACE, [fresh("plain")])
+            name = TableRef.for_asset(common.CATALOG, common.NAMESPACE, [fresh("plain")])
             t = time.perf_counter()
             df = source().where(F.col("updated_at") >= F.lit(start))
             cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
             spark.sql(f"CREATE TABLE {name} ({cols}) USING iceberg TBLPROPERTIES ({props})")
-            df.writeTo(name).append()
+            df.writeTo(name.sql).append()
             s = time.perf_counter() - t
-            return s, spark.table(name).count()
+            return s, spark.table(name.sql).count()
 
         def engine() -> tuple[float, int]:
-            name = table_name(common.CATALOG, common.NAMESPACE, [fresh("engine")])
+            name = TableRef.for_asset(common.CATALOG, common.NAMESPACE, [fresh("engine")])
             t = time.perf_counter()
             run = incremental("updated_at", initial_value=start_iso).bind(None)
             kept = run.filter(source())
             TableWriter(spark).write(WriteSpec(table=name, disposition="append", primary_key=("id",)),
                                      kept, commit=CommitInfo(state=run.state, run_id="engine"))
             s = time.perf_counter() - t
-            return s, spark.table(name).count()
+            return s, spark.table(name.sql).count()
 
         def asset() -> tuple[float, int]:
             asset_name = fresh("events")
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
                                     run_config=common.QUIET)
             s = time.perf_counter() - t
             assert result.success
-            return s, spark.table(io.table_name(dg.AssetKey(asset_name))).count()
+            return s, spark.table(io.table_name(dg.AssetKey(asset_name)).sql).count()
 
         timer = common.instrument((*common.PHASES, "dagster_incremental.cursor.spark_filter:filter_spark"))
         phases: dict[str, list[dict]] = {"engine": [], "asset": []}

@@ -60,7 +60,7 @@ def failure_text(result: dg.ExecuteInProcessResult) -> str:
 
 
 def table_id(io: SparkTableIOManager, asset_name: str) -> str:
-    return io.table_name(dg.AssetKey(asset_name))
+    return io.table_name(dg.AssetKey(asset_name)).sql
 
 
 def table_exists(spark, io, asset_name: str) -> bool:

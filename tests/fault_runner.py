@@ -42,7 +42,7 @@ def main() -> int:
 
     from attack_support import QUIET, source_asset
     from dagster_incremental import SparkTableIOManager
-    from dagster_incremental.spark import writer as table_writer
+    from dagster_incremental.spark import dialect, writer as table_writer
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
 
     def source():
@@ -68,13 +68,13 @@ def main() -> int:
     if point == "during-commit":
         # Die while the commit statement runs: a timer fires shortly after it starts (before,
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
-        original_cm = table_writer.conflicts_as_concurrent_run
+        original_cm = dialect.conflicts_as_concurrent_run
 
         def dying_cm(table):
             threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
             return original_cm(table)
 
-        table_writer.conflicts_as_concurrent_run = dying_cm
+        dialect.conflicts_as_concurrent_run = dying_cm  # every commit of a write enters it
     elif point == "after-commit":
         original_write = table_writer.TableWriter.write
 

@@ -17,8 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType, TimestampType, _parse_datatype_string
 
-from dagster_incremental.spark.merge.strategies import merge_statement, prepare_batch, table_columns
-from dagster_incremental.spark.sql import qualified, quote
+from dagster_incremental.spark.merge import merge_statement, prepare_batch, table_columns
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import Scd2Options, WriteSpec
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -30,13 +31,13 @@ S0, S1, S2, S3 = (t.strftime("%Y-%m-%d %H:%M:%S") for t in (T0, T1, T2, T3))  # 
 _tables = itertools.count()
 
 
-def new_table(hint: str) -> str:
-    """A fresh, quoted table name in the test catalog (each test and example its own table)."""
+def new_table(hint: str) -> TableRef:
+    """A fresh table in the test catalog (each test and example its own table)."""
     name = re.sub(r"[^a-z0-9]+", "_", hint.lower()).strip("_")[:40]
-    return qualified("lake", "merge_tests", f"{name}_{next(_tables)}")
+    return TableRef("lake", ("merge_tests",), f"{name}_{next(_tables)}")
 
 
-def spec_for(table: str, strategy: str = "delete-insert", **kwargs: Any) -> WriteSpec:
+def spec_for(table: TableRef | str, strategy: str = "delete-insert", **kwargs: Any) -> WriteSpec:
     """A merge WriteSpec; tuples for keys, Scd2Options from plain keyword arguments."""
     scd2 = kwargs.pop("scd2", None)
     for key in ("primary_key", "merge_key"):
@@ -46,6 +47,8 @@ def spec_for(table: str, strategy: str = "delete-insert", **kwargs: Any) -> Writ
         scd2 = Scd2Options(**scd2)
     if scd2 is not None:
         kwargs["scd2"] = scd2
+    if isinstance(table, str):  # a bare name: a table in the test namespace
+        table = TableRef("lake", ("merge_tests",), table)
     return WriteSpec(table=table, disposition="merge", strategy=strategy, **kwargs)
 
 
@@ -73,9 +76,9 @@ def run_merge(
     partition_by: Sequence[str] = (),
 ) -> tuple[str, dict[str, Any]]:
     """Prepare, create the table if needed, MERGE; returns the statement that ran."""
-    prepared = prepare_batch(spark, spec, batch(spark, fields, rows), run_started_at=run_started_at)
+    prepared = prepare_batch(spec, batch(spark, fields, rows), run_started_at=run_started_at)
     columns = table_columns(prepared)
-    if not spark.catalog.tableExists(spec.table.replace("`", "")):
+    if not spark.catalog.tableExists(spec.table.sql):
         types = {f.name: f.dataType.simpleString() for f in prepared.schema.fields}
         ddl = ", ".join(f"{quote(name)} {types[name]}" for name in columns)
         parts = f" PARTITIONED BY ({', '.join(quote(p) for p in partition_by)})" if partition_by else ""
@@ -90,9 +93,9 @@ def run_merge(
     return text, args
 
 
-def table_rows(spark: SparkSession, table: str, drop: Sequence[str] = ("_row_hash",)) -> list[tuple]:
+def table_rows(spark: SparkSession, table: TableRef, drop: Sequence[str] = ("_row_hash",)) -> list[tuple]:
     """The whole table as sorted tuples; timestamps as UTC text, `drop` columns left out."""
-    frame = spark.table(table)
+    frame = spark.table(table.sql)
     shown = []
     for field in frame.schema.fields:
         if field.name in drop:

@@ -39,7 +39,7 @@ from attack_support import (
     write_config,
 )
 from dagster_incremental import SparkTableIOManager
-from dagster_incremental.spark import writer as table_writer
+from dagster_incremental.spark import dialect, writer as table_writer
 
 pytestmark = pytest.mark.spark
 
@@ -127,7 +127,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from dagster_incremental.spark.local_append import LocalAppend
 
-        monkeypatch.setattr(table_writer._IcebergDialect, "run_committing", refuse_statement)
+        monkeypatch.setattr(dialect.IcebergDialect, "run_committing", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)

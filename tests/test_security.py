@@ -62,8 +62,9 @@ def env(spark, spark_warehouse, tmp_path_factory):
         f'[destination]\ncatalog = "lake"\nnamespace = "{escaped}"\nwarehouse = "{spark_warehouse}"\n'
     )
     io = io_manager_for(spark_warehouse, namespace)
-    victim = io.table_name(dg.AssetKey("victim"))
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {victim.rsplit('.', 1)[0]}")
+    victim_ref = io.table_name(dg.AssetKey("victim"))
+    victim = victim_ref.sql
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {victim_ref.namespace_sql}")
     spark.sql(f"CREATE TABLE {victim} (x INT) USING iceberg")
     spark.sql(f"INSERT INTO {victim} VALUES (1), (2), (3)")
     with dg.instance_for_test() as instance:
@@ -84,7 +85,7 @@ def _asset(name: str, config: str, strategy: str, feed: dict):
 
 
 def _table(spark, io, name: str, scd2: bool = False) -> list[tuple]:
-    frame = spark.table(io.table_name(dg.AssetKey(name)))
+    frame = spark.table(io.table_name(dg.AssetKey(name)).sql)
     if scd2:
         frame = frame.where(frame["_valid_to"].isNull())
     cols = [KEY, CURSOR, AMOUNT, DOTTED, PARAM]
@@ -106,7 +107,7 @@ def test_injection_in_names_and_values_is_stored_verbatim(strategy, spark, env):
     first = materialize(asset, instance, io)
     assert first.success, failure_text(first)
     assert _table(spark, io, name, strategy == "scd2") == _expected(feed["rows"])
-    cols = spark.table(io.table_name(dg.AssetKey(name))).columns
+    cols = spark.table(io.table_name(dg.AssetKey(name)).sql).columns
     assert {KEY, CURSOR, AMOUNT, DOTTED, PARAM} <= set(cols)
 
     # second run: every key changes (update / new versions / appended rows)
@@ -119,7 +120,7 @@ def test_injection_in_names_and_values_is_stored_verbatim(strategy, spark, env):
         expected = _expected(_rows(2))
     assert _table(spark, io, name, strategy == "scd2") == expected
     if strategy == "scd2":
-        assert spark.table(io.table_name(dg.AssetKey(name))).count() == 2 * len(EVIL_VALUES)
+        assert spark.table(io.table_name(dg.AssetKey(name)).sql).count() == 2 * len(EVIL_VALUES)
 
     assert sorted(r.x for r in spark.table(victim).collect()) == [1, 2, 3], "the victim table was touched"
     if strategy not in ("upsert", "scd2"):

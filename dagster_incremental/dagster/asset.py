@@ -24,7 +24,7 @@ from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigErr
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.settings.secrets import Redactor, Secrets, SecretsFile, function_arguments
-from dagster_incremental.spark.sql import qualified
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.staging import stage_batches
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
@@ -83,7 +83,7 @@ class AssetSettings:
     partitions_def: dg.PartitionsDefinition | None
     pool: str | None
     cursors: Mapping[str, IncrementalSpec]  # parameter name -> spec
-    table: str
+    table: TableRef
     # secrets.toml: where it is and which parameters it fed when the code loaded. Never values:
     # those are read inside each run (see secrets.py).
     secrets: SecretsFile | None = None
@@ -267,7 +267,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     # Checked now so a stray key fails the code location; the values read here are dropped.
     secret_params = tuple(function_arguments(secrets.load(), asset_name, func, reserved=_reserved_params(func)))
     cursors = _resolve_cursors(func, asset_name, asset_cfg.incrementals, cfg, secret_params)
-    table = qualified(cfg.destination.catalog, cfg.destination.namespace, "__".join((*prefix_parts, asset_name)))
+    table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
     return AssetSettings(
         name=asset_name,
         key_prefix=prefix_parts,
@@ -496,7 +496,7 @@ def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
         for name, spec in settings.cursors.items()
     }
     out: dict[str, Any] = {
-        md.TABLE_NAME: dg.MetadataValue.text(settings.table.replace("`", "")),
+        md.TABLE_NAME: dg.MetadataValue.text(settings.table.display),
         md.DEF_WRITE_DISPOSITION: dg.MetadataValue.text(
             settings.disposition + (f" ({settings.strategy})" if settings.strategy else "")
         ),
@@ -519,7 +519,7 @@ def _description(settings: AssetSettings) -> str:
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
     keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
     lines.append(
-        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.replace('`', '')}."
+        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.display}."
     )
     return "\n\n".join(lines)
 

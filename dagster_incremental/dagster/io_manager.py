@@ -21,7 +21,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
 from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.spark.session import build_spark_session, spark_conf
-from dagster_incremental.spark.sql import qualified
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import (
     CommitInfo,
     IncrementalBatch,
@@ -136,17 +136,15 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             warehouse=warehouse,
         )
 
-    def _table_files(self, table: str) -> tuple[bool, Any]:
+    def _table_files(self, table: TableRef) -> tuple[bool, Any]:
         """The table's current metadata read from its files, without Spark.
 
         (True, metadata) when this catalog keeps its tables in local files we can read;
         metadata None then means "no such table". (False, None): ask Spark.
         """
-        from dagster_incremental.spark.sql import split_identifier
         from dagster_incremental.spark.table_metadata import hadoop_table_location, read_metadata
 
-        parts = split_identifier(table)
-        location = hadoop_table_location(self._spark_conf(), parts[0], parts[1:])
+        location = hadoop_table_location(self._spark_conf(), table.catalog, [*table.namespace, table.name])
         if location is None:
             return False, None
         if not (location / "metadata").is_dir():
@@ -165,15 +163,15 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             )
         return TableWriter(self.spark)
 
-    def table_name(self, asset_key: dg.AssetKey) -> str:
+    def table_name(self, asset_key: dg.AssetKey) -> TableRef:
         """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__`."""
-        return qualified(self.catalog, self.namespace, "__".join(asset_key.path))
+        return TableRef.for_asset(self.catalog, self.namespace, asset_key.path)
 
     def committed_state(self, asset_key: dg.AssetKey, scope: str | None = None):
         """The cursor stored with the table's newest commit (None if the table has none)."""
         return self._committed_state(self.table_name(asset_key), scope)
 
-    def _committed_state(self, table: str, scope: str | None):
+    def _committed_state(self, table: TableRef, scope: str | None):
         """From the table's metadata files when they are readable here: no JVM for a run that
         turns out to have nothing to write."""
         readable, metadata = self._table_files(table)
@@ -193,7 +191,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         readable, metadata = self._table_files(batch.spec.table)
         return readable and metadata is None
 
-    def _unchanged(self, table: str) -> WriteResult:
+    def _unchanged(self, table: TableRef) -> WriteResult:
         """What a run that commits nothing reports: the table as it is (from its files when
         readable here, else from Spark)."""
         from dagster_incremental.spark.table_metadata import live_row_count
@@ -270,20 +268,19 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             self._compact_if_needed(context, obj.spec.table, result)
         context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
 
-    def _commit_lock(self, table: str):
+    def _commit_lock(self, table: TableRef):
         """The table's cross-process commit lock when its catalog keeps it in local (or mounted)
         files; elsewhere the catalog's own commit is the only guard (see README, Concurrency)."""
         from dagster_incremental.spark.commit_lock import table_commit_lock
-        from dagster_incremental.spark.sql import split_identifier
         from dagster_incremental.spark.table_metadata import hadoop_table_location
 
-        parts = split_identifier(table)
-        location = hadoop_table_location(self._spark_conf(), parts[0], parts[1:])
+        in_catalog = [*table.namespace, table.name]
+        location = hadoop_table_location(self._spark_conf(), table.catalog, in_catalog)
         if location is None:
             return contextlib.nullcontext()
-        return table_commit_lock(location.parents[len(parts) - 2], parts[1:])
+        return table_commit_lock(location.parents[len(in_catalog) - 1], in_catalog)
 
-    def _compact_if_needed(self, context: dg.OutputContext, table: str, result: WriteResult) -> None:
+    def _compact_if_needed(self, context: dg.OutputContext, table: TableRef, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and
         cursor are committed already: a failed compaction is a warning, retried next run."""
         from dagster_incremental.spark import maintenance
@@ -292,10 +289,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         try:
             done = maintenance.compact(self.spark, table)
         except Exception as exc:  # noqa: BLE001 - maintenance must not fail a committed run
-            context.log.warning(f"{table.replace('`', '')}: compaction of delete files failed, retried next run: {exc}")
+            context.log.warning(f"{table.display}: compaction of delete files failed, retried next run: {exc}")
             return
         context.log.info(
-            f"{table.replace('`', '')}: folded {result.position_deletes} deleted rows "
+            f"{table.display}: folded {result.position_deletes} deleted rows "
             f"({result.delete_files} delete files) into the data files: {done}"
         )
 
@@ -308,7 +305,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             other = current.run_id if current is not None else "unknown"
             raise ConcurrentRunError(
                 f"asset {context.asset_key.to_user_string()}: another run ({other}) committed to "
-                f"{batch.spec.table.replace('`', '')} after this run read its cursor, so this run wrote "
+                f"{batch.spec.table.display} after this run read its cursor, so this run wrote "
                 "nothing (a run commits only if the table still holds the snapshot it read its cursor "
                 "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "
                 "turn instead of failing, limit its concurrency pool to 1 (dagster.yaml: "
@@ -319,7 +316,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def load_input(self, context: dg.InputContext):
         upstream = context.upstream_output
         key = upstream.asset_key if upstream is not None else context.asset_key
-        frame = self.spark.table(self.table_name(key))
+        frame = self.spark.table(self.table_name(key).sql)
         window_column = None
         if upstream is not None:
             meta = upstream.definition_metadata
@@ -338,7 +335,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         return write_spec_from_settings(self.table_name(context.asset_key), settings)
 
 
-def write_spec_from_settings(table: str, settings: Mapping[str, Any]) -> WriteSpec:
+def write_spec_from_settings(table: TableRef, settings: Mapping[str, Any]) -> WriteSpec:
     """A WriteSpec from the JSON-able settings kept in definition metadata."""
     from dagster_incremental.spark.write_spec import Scd2Options
 
@@ -364,13 +361,13 @@ def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
     return state_json(resumable(batch.commit.state)) == state_json(resumable(current.state))
 
 
-def _result_metadata(table: str, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+def _result_metadata(table: TableRef, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         md.ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
         md.ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),
         md.ROWS_DELETED: dg.MetadataValue.int(result.rows_deleted),
         md.ROW_COUNT: dg.MetadataValue.int(result.row_count),
-        md.TABLE_NAME: dg.MetadataValue.text(table.replace("`", "")),
+        md.TABLE_NAME: dg.MetadataValue.text(table.display),
         md.COLUMN_SCHEMA: dg.MetadataValue.table_schema(md.table_schema(result.schema, descriptions)),
     }
 

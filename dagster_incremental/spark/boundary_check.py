@@ -1,11 +1,10 @@
-"""Append without duplicates when the boundary dedup state overflowed.
+"""Append without duplicates when the boundary dedup state overflowed."""
 
-The cursor engine keeps at most a bounded number of keys of the rows at the high-water mark.
-When more rows shared that value, the next run keeps every row at it (never losing one) and
-flags `boundary_unverified`. For merge dispositions that is harmless (the merge is idempotent);
-for append, the rows at the boundary value that the table already holds are dropped here, with
-an anti-join against only the table rows at that value.
-"""
+# The cursor engine keeps at most a bounded number of keys of the rows at the high-water mark.
+# When more rows shared that value, the next run keeps every row at it (never losing one) and
+# flags `boundary_unverified`. For merge dispositions that is harmless (the merge is idempotent);
+# for append, the rows at the boundary value that the table already holds are dropped here, with
+# an anti-join against only the table rows at that value.
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from functools import reduce
 from typing import Any
 
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
 
 
 def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec: Any) -> Any:
@@ -38,10 +38,10 @@ def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec:
     return frame
 
 
-def _anti_join_boundary(spark, frame, table: str, column: str, value: Any, dedup_key: Any):
+def _anti_join_boundary(spark, frame, table: TableRef, column: str, value: Any, dedup_key: Any):
     from pyspark.sql import functions as F
 
-    existing = spark.table(table)
+    existing = spark.table(table.sql)
     if isinstance(dedup_key, (tuple, list)) and dedup_key:
         keys = [k for k in dedup_key if k in frame.columns and k in existing.columns]
     else:  # content dedup: every column both sides share

@@ -1,18 +1,17 @@
-"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit.
+"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit."""
 
-The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
-`.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
-(`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
-Iceberg 1.10.2 (tests/test_commit.py):
-
-- DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
-- SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but
-  `org.apache.iceberg.spark.CommitMetadata.withCommitProperties(map, callable, exClass)` works.
-  It keeps the properties in a JVM ThreadLocal while `callable` runs; we call it over py4j with a
-  Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
-  With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
-  thread that holds the ThreadLocal; that is checked on every call, never assumed.
-"""
+# The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
+# `.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
+# (`read_committed_state`). Two ways to put properties on a commit, verified on Spark 3.5.9 +
+# Iceberg 1.10.2 (tests/spark/test_commit.py):
+#
+# - DataFrameWriterV2: `.option("snapshot-property.<key>", value)` (`write_options`);
+# - SQL (MERGE, CREATE OR REPLACE ... AS SELECT): the session conf is ignored on Spark 3.5, but
+#   `org.apache.iceberg.spark.CommitMetadata.withCommitProperties(map, callable, exClass)` works.
+#   It keeps the properties in a JVM ThreadLocal while `callable` runs; we call it over py4j with a
+#   Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
+#   With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
+#   thread that holds the ThreadLocal; that is checked on every call, never assumed.
 
 from __future__ import annotations
 
@@ -29,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.spark.table_metadata import cursor_of
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -222,7 +222,7 @@ class SnapshotInfo:
     committed_at: datetime
 
 
-def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotInfo | None:
+def find_snapshot(spark: SparkSession, table: TableRef, commit_id: str) -> SnapshotInfo | None:
     """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
     of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
     slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
@@ -245,13 +245,13 @@ def find_snapshot(spark: SparkSession, table: str, commit_id: str) -> SnapshotIn
     return None
 
 
-def iceberg_table(spark: SparkSession, table: str) -> Any:
-    """The org.apache.iceberg.Table behind a Spark table name (py4j; no Spark job)."""
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+def iceberg_table(spark: SparkSession, table: TableRef) -> Any:
+    """The org.apache.iceberg.Table behind a Spark table (py4j; no Spark job)."""
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
 
 
 def read_committed_state(
-    spark: SparkSession, table: str, scope: str | None = None
+    spark: SparkSession, table: TableRef, scope: str | None = None
 ) -> CommittedState | None:
     """The newest cursor committed with the table's current history (None: no table / no cursor).
 
@@ -259,7 +259,7 @@ def read_committed_state(
     history doesn't). With `scope`, only commits of that scope; without, the newest of any.
     One metadata-table job; a missing table is None (checked via the catalog, errors propagate).
     """
-    if not spark.catalog.tableExists(table):
+    if not spark.catalog.tableExists(table.sql):
         return None
     try:
         iceberg = iceberg_table(spark, table)
@@ -269,7 +269,7 @@ def read_committed_state(
         return _walk_lineage(iceberg, scope)
     # Another process (a run killed after its commit, a concurrent run) may have committed since
     # this session cached the table's metadata (Iceberg's catalog cache): read the newest.
-    spark.catalog.refreshTable(table)
+    spark.catalog.refreshTable(table.sql)
     args: dict[str, Any] = {"state_key": STATE_PROPERTY}
     scope_filter = ""
     if scope is not None:

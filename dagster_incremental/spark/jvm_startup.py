@@ -1,23 +1,22 @@
-"""A faster, quieter start for the Spark driver JVM this process launches.
+"""A faster, quieter start for the Spark driver JVM this process launches."""
 
-Why: Dagster launches every run in a fresh process, so every run pays a cold JVM: loading and
-verifying some ten thousand Spark and Iceberg classes, then JIT-compiling the first job. Two
-standard JVM features cut that:
-
-- a class-data-sharing archive (`-XX:SharedArchiveFile`): the classes a previous run loaded,
-  already parsed and verified, mapped from one file. The first process that finds none records
-  one at exit (`-XX:ArchiveClassesAtExit`) under a temporary name; the next process that finds a
-  finished recording renames it into place (atomic), and every later process uses it. An archive
-  is keyed by the Java runtime and the jars, so a new Java or Spark simply records a new one. If
-  the JVM cannot map an archive (it checks the runtime and class path itself), it starts
-  without it, as if there were none.
-- C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
-  before the optimising compiler would pay off (see the README's benchmark section).
-
-And quiet: a log4j2 configuration at ERROR instead of Spark's WARN default, so a run's output
-is not buried in Spark's start-up warnings. `spark.log.level` in `[spark.conf]` brings them back.
-Set `DAGSTER_INCREMENTAL_JVM_ARCHIVE=off` to start without the archive.
-"""
+# Why: Dagster launches every run in a fresh process, so every run pays a cold JVM: loading and
+# verifying some ten thousand Spark and Iceberg classes, then JIT-compiling the first job. Two
+# standard JVM features cut that:
+#
+# - a class-data-sharing archive (`-XX:SharedArchiveFile`): the classes a previous run loaded,
+#   already parsed and verified, mapped from one file. The first process that finds none records
+#   one at exit (`-XX:ArchiveClassesAtExit`) under a temporary name; the next process that finds a
+#   finished recording renames it into place (atomic), and every later process uses it. An archive
+#   is keyed by the Java runtime and the jars, so a new Java or Spark simply records a new one. If
+#   the JVM cannot map an archive (it checks the runtime and class path itself), it starts
+#   without it, as if there were none.
+# - C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
+#   before the optimising compiler would pay off (see the README's benchmark section).
+#
+# And quiet: a log4j2 configuration at ERROR instead of Spark's WARN default, so a run's output
+# is not buried in Spark's start-up warnings. `spark.log.level` in `[spark.conf]` brings them back.
+# Set `DAGSTER_INCREMENTAL_JVM_ARCHIVE=off` to start without the archive.
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""Local batches appended to an Iceberg table without a Spark job.
+"""Local batches appended to an Iceberg table without a Spark job."""
 
-Why: rows the asset function produced in this process (dicts, pages, Arrow, pandas) are Arrow
-already. Handing them to Spark copies them into the JVM, turns them into rows and re-encodes
-them with Spark's row-by-row Parquet writer: ~10 s of JVM CPU for a first load of 1M rows.
-pyarrow writes the same Parquet in a fraction of that. The files carry the table's Iceberg
-field ids, so they are ordinary data files of the table; Iceberg's Java API (a few py4j calls,
-no Spark job) reads their footers for the column metrics and commits them in ONE snapshot that
-carries the cursor, exactly as the Spark path does.
-
-Where it applies (`LocalAppend.open` says None otherwise and the writer uses Spark): a table
-whose files live on this machine's filesystem (the embedded default warehouse), unpartitioned,
-unsorted, Parquet, with column types Arrow and Iceberg agree on.
-"""
+# Why: rows the asset function produced in this process (dicts, pages, Arrow, pandas) are Arrow
+# already. Handing them to Spark copies them into the JVM, turns them into rows and re-encodes
+# them with Spark's row-by-row Parquet writer: ~10 s of JVM CPU for a first load of 1M rows.
+# pyarrow writes the same Parquet in a fraction of that. The files carry the table's Iceberg
+# field ids, so they are ordinary data files of the table; Iceberg's Java API (a few py4j calls,
+# no Spark job) reads their footers for the column metrics and commits them in ONE snapshot that
+# carries the cursor, exactly as the Spark path does.
+#
+# Where it applies (`LocalAppend.open` says None otherwise and the writer uses Spark): a table
+# whose files live on this machine's filesystem (the embedded default warehouse), unpartitioned,
+# unsorted, Parquet, with column types Arrow and Iceberg agree on.
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.table_ref import TableRef
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
 ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
@@ -93,7 +93,7 @@ class LocalAppend:
     compression_level: int | None
 
     @classmethod
-    def open(cls, spark: Any, table: str) -> LocalAppend | None:
+    def open(cls, spark: Any, table: TableRef) -> LocalAppend | None:
         """The table, if its data files can be written from here (else None: use Spark)."""
         from dagster_incremental.spark.commit import iceberg_table
 

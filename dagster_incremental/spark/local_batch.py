@@ -1,17 +1,16 @@
-"""Merge batches that are still Arrow: key checks and dedup decided in-process, before Spark.
+"""Merge batches that are still Arrow: key checks and dedup decided in-process, before Spark."""
 
-Why: rows a function yields (dicts, pages, Arrow, pandas) are local until staging hands them to
-Spark. Deduplicating them there needs a window over a random arrival sequence, which Spark
-only accepts from a materialised copy (localCheckpoint): three passes over the batch. Arrow
-does the same decision in one sort of the key columns (a hash check when keys are already
-unique, the common case), and the batch then enters Spark deterministic, read once by the
-MERGE. The rules are merge_dedup's, so both paths keep the same row per key:
-dedup_sort (NULL never wins), then the newest cursor value (NULL never wins), then the last row
-seen; a NULL in a key column is an error naming the column and a sample row.
-
-Only strategies whose batch is exactly one row per primary key are covered (upsert;
-delete-insert without merge_key). scd2 and delete-insert with merge_key keep the Spark path.
-"""
+# Why: rows a function yields (dicts, pages, Arrow, pandas) are local until staging hands them to
+# Spark. Deduplicating them there needs a window over a random arrival sequence, which Spark
+# only accepts from a materialised copy (localCheckpoint): three passes over the batch. Arrow
+# does the same decision in one sort of the key columns (a hash check when keys are already
+# unique, the common case), and the batch then enters Spark deterministic, read once by the
+# MERGE. The rules are merge.dedup's, so both paths keep the same row per key:
+# dedup_sort (NULL never wins), then the newest cursor value (NULL never wins), then the last row
+# seen; a NULL in a key column is an error naming the column and a sample row.
+#
+# Only strategies whose batch is exactly one row per primary key are covered (upsert;
+# delete-insert without merge_key). scd2 and delete-insert with merge_key keep the Spark path.
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ _ARRIVAL = "__di_arrival"
 
 
 def covers(spec: WriteSpec, columns: list[str]) -> bool:
-    """Whether this module can prepare the batch (else merge_strategies does it in Spark).
+    """Whether this module can prepare the batch (else the merge strategy does it in Spark).
 
     A batch with a missing key/dedup column or a reserved name goes the Spark way, which
     reports those errors.
@@ -55,7 +54,7 @@ def decisive_columns(spec: WriteSpec, columns: list[str]) -> list[str]:
 
 
 def deduplicate(table: pa.Table, spec: WriteSpec) -> pa.Table:
-    """One row per primary key, chosen as merge_dedup.survivor_order does; raises DataShapeError
+    """One row per primary key, chosen as merge.dedup.survivor_order does; raises DataShapeError
     for a NULL key. `covers(spec, table.column_names)` must hold."""
     keep = survivors(table, spec)
     return table if keep is None else table.filter(pa.array(keep))

@@ -1,13 +1,12 @@
-"""The rows an asset function produced in this process, as Arrow, in bounded memory.
+"""The rows an asset function produced in this process, as Arrow, in bounded memory."""
 
-Why: a first load of 10M rows held whole costs gigabytes of Python memory. Rows arrive page by
-page; once the pending pages pass SPILL_BYTES they are written to an Arrow IPC file in a
-temporary folder, and every consumer (the dedup decision, the Parquet writer, the hand-over to
-Spark) reads them back one chunk at a time. Batches below that size, the common case, never
-touch the disk. Pages may disagree on columns and types (a column missing in some, int in one
-and float in another): the rows' schema is their permissive union, and each chunk is read back
-in it.
-"""
+# Why: a first load of 10M rows held whole costs gigabytes of Python memory. Rows arrive page by
+# page; once the pending pages pass SPILL_BYTES they are written to an Arrow IPC file in a
+# temporary folder, and every consumer (the dedup decision, the Parquet writer, the hand-over to
+# Spark) reads them back one chunk at a time. Batches below that size, the common case, never
+# touch the disk. Pages may disagree on columns and types (a column missing in some, int in one
+# and float in another): the rows' schema is their permissive union, and each chunk is read back
+# in it.
 
 from __future__ import annotations
 

@@ -1,17 +1,16 @@
-"""Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes.
+"""Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes."""
 
-Why: keyed merge tables are merge-on-read (table_writer): a change run writes its new rows and
-a small delete file instead of rewriting every data file an update touches (copy-on-write),
-which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
-pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
-earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
-(and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
-manager folds them into the
-data files (Iceberg's rewrite_data_files on the files that have deletes, then
-rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
-rewrite copy-on-write did on every run, done once per many runs. A compaction is
-its own commit without a cursor; losing it loses nothing.
-"""
+# Why: keyed merge tables are merge-on-read (see dialect): a change run writes its new rows and
+# a small delete file instead of rewriting every data file an update touches (copy-on-write),
+# which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
+# pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
+# earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
+# (and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
+# manager folds them into the
+# data files (Iceberg's rewrite_data_files on the files that have deletes, then
+# rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
+# rewrite copy-on-write did on every run, done once per many runs. A compaction is
+# its own commit without a cursor; losing it loses nothing.
 
 from __future__ import annotations
 
@@ -19,6 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteResult
 
 COMPACT_AT_DELETE_FILES = 64
@@ -35,16 +35,16 @@ def needs_compaction(result: WriteResult) -> bool:
     return many_rows or result.delete_files >= COMPACT_AT_DELETE_FILES
 
 
-def compact(spark: SparkSession, table: str) -> dict[str, Any]:
-    """Rewrite the data files of `table` (fully qualified, quoted) that carry delete files.
+def compact(spark: SparkSession, table: TableRef) -> dict[str, Any]:
+    """Rewrite the data files of `table` that carry delete files.
 
     Returns the procedure's result row as a dict (rewritten/added file counts...).
     """
-    from dagster_incremental.spark.writer import string_literal, split_identifier
+    from dagster_incremental.spark.dialect import string_literal
     from dagster_incremental.spark.sql import qualified
 
-    catalog, *rest = split_identifier(table)
-    name = string_literal(spark, qualified(*rest))
+    catalog = table.catalog
+    name = string_literal(spark, table.in_catalog_sql)
     rows = spark.sql(
         f"CALL {qualified(catalog)}.system.rewrite_data_files(table => {name}, options => map("
         "'delete-file-threshold', '1'))"

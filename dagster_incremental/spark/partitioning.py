@@ -1,13 +1,12 @@
-"""Partition specs as users write them ("region", "days(updated_at)") and batch bounds for pruning.
+"""Partition specs as users write them ("region", "days(updated_at)") and batch bounds for pruning."""
 
-Why a parser instead of pasting the text into DDL: `partition_by` comes from a decorator or
-config.toml, and anything pasted into SQL is an injection point. A spec is either a column of the
-table (identity) or one of Iceberg's transforms applied to one; the column is always quoted.
-
-Why bounds: a MERGE whose ON condition carries `t.col BETWEEN :lo AND :hi` for the batch's
-partition columns lets Iceberg skip every data file outside that range, so a merge costs what the
-batch touches, not what the table holds.
-"""
+# Why a parser instead of pasting the text into DDL: `partition_by` comes from a decorator or
+# config.toml, and anything pasted into SQL is an injection point. A spec is either a column of the
+# table (identity) or one of Iceberg's transforms applied to one; the column is always quoted.
+#
+# Why bounds: a MERGE whose ON condition carries `t.col BETWEEN :lo AND :hi` for the batch's
+# partition columns lets Iceberg skip every data file outside that range, so a merge costs what the
+# batch touches, not what the table holds.
 
 from __future__ import annotations
 
@@ -101,7 +100,7 @@ def partition_source_columns(partition_by: Sequence[str], columns: Iterable[str]
 def partition_bounds(batch: DataFrame, partition_by: Sequence[str]) -> list[tuple[str, Any, Any]]:
     """(column, min, max) of each partition source column of `batch`, in ONE Spark job.
 
-    The format is merge_strategies.merge_statement's `prune=`: a column holding any NULL gets
+    The format is MergeStrategy.merge_statement's `prune=`: a column holding any NULL gets
     (column, None, None), meaning "don't prune on it" (a range can't cover NULL). An empty batch
     also gives (column, None, None). Transforms prune through their source column: Iceberg
     projects `ts BETWEEN lo AND hi` onto days(ts) partitions.

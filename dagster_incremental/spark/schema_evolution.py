@@ -1,23 +1,22 @@
-"""Reconcile a batch's schema with its table's BEFORE any data is written.
+"""Reconcile a batch's schema with its table's BEFORE any data is written."""
 
-The table is the contract: the batch is fitted to it, and the table changes only in the ways
-Iceberg supports without rewriting data:
-
-- a batch column the table lacks is added (`ALTER TABLE ... ADD COLUMNS`, nullable, at the end);
-- a table column narrower than the batch's is widened where Iceberg allows a type promotion
-  (int -> bigint, float -> double, decimal(P,S) -> decimal(P',S) with P' > P);
-- a batch column narrower than its table column is cast when the cast is lossless (int into
-  bigint, float into double, date into timestamp, ...);
-- a table column the batch lacks is loaded as a typed NULL.
-
-Anything else (string into bigint, timestamp into date, timestamp vs timestamp_ntz, changed
-nested types) is a DataShapeError naming the table, the column and both types; it is raised
-after planning and before the first ALTER, so a rejected batch changes nothing.
-
-date -> timestamp is deliberately NOT a widening of the table: Iceberg has no such type
-promotion (a date column can never become a timestamp column in place). A batch with timestamps
-for a date column is rejected with a hint (cast in the asset, or run a full refresh).
-"""
+# The table is the contract: the batch is fitted to it, and the table changes only in the ways
+# Iceberg supports without rewriting data:
+#
+# - a batch column the table lacks is added (`ALTER TABLE ... ADD COLUMNS`, nullable, at the end);
+# - a table column narrower than the batch's is widened where Iceberg allows a type promotion
+#   (int -> bigint, float -> double, decimal(P,S) -> decimal(P',S) with P' > P);
+# - a batch column narrower than its table column is cast when the cast is lossless (int into
+#   bigint, float into double, date into timestamp, ...);
+# - a table column the batch lacks is loaded as a typed NULL.
+#
+# Anything else (string into bigint, timestamp into date, timestamp vs timestamp_ntz, changed
+# nested types) is a DataShapeError naming the table, the column and both types; it is raised
+# after planning and before the first ALTER, so a rejected batch changes nothing.
+#
+# date -> timestamp is deliberately NOT a widening of the table: Iceberg has no such type
+# promotion (a date column can never become a timestamp column in place). A batch with timestamps
+# for a date column is rejected with a hint (cast in the asset, or run a full refresh).
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
 
 # Integral types by width; Iceberg stores byte/short as int, so a table never holds them.
 _INT_RANK = {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 3, T.LongType: 4}
@@ -60,7 +60,7 @@ class TypeConflict:
 class SchemaPlan:
     """What has to change in the table for the batch to fit, computed without touching it."""
 
-    table: str
+    table: TableRef
     add: tuple[T.StructField, ...] = ()  # new nullable columns, appended in batch order
     widen: tuple[tuple[str, T.DataType], ...] = ()  # (table column, promoted type)
     dropped_void: tuple[str, ...] = ()  # batch columns with no type (all NULL): not added
@@ -72,12 +72,12 @@ class SchemaPlan:
     def statements(self) -> list[str]:
         """The ALTER TABLE statements, every identifier quoted, types rendered from Spark types."""
         out = [
-            f"ALTER TABLE {self.table} ALTER COLUMN {quote(name)} TYPE {sql_type(new)}"
+            f"ALTER TABLE {self.table.sql} ALTER COLUMN {quote(name)} TYPE {sql_type(new)}"
             for name, new in self.widen
         ]
         if self.add:
             columns = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in self.add)
-            out.append(f"ALTER TABLE {self.table} ADD COLUMNS ({columns})")
+            out.append(f"ALTER TABLE {self.table.sql} ADD COLUMNS ({columns})")
         return out
 
     def target_schema(self, table_schema: T.StructType) -> T.StructType:
@@ -99,7 +99,7 @@ def sql_type(data_type: T.DataType) -> str:
     return data_type.simpleString()
 
 
-def creatable_schema(table: str, schema: T.StructType) -> tuple[T.StructType, tuple[str, ...]]:
+def creatable_schema(table: TableRef, schema: T.StructType) -> tuple[T.StructType, tuple[str, ...]]:
     """The schema a new table gets from a batch: all columns nullable, untyped (void) ones left out.
 
     Why nullable: a NOT NULL column created from one batch's inferred schema would reject the
@@ -119,7 +119,7 @@ def creatable_schema(table: str, schema: T.StructType) -> tuple[T.StructType, tu
 
 
 def plan_schema_change(
-    table: str,
+    table: TableRef,
     table_schema: T.StructType,
     batch_schema: T.StructType,
     *,
@@ -242,7 +242,7 @@ def _key(name: str, case_sensitive: bool) -> str:
     return name if case_sensitive else name.lower()
 
 
-def _check_unique(table: str, names: Sequence[str], *, case_sensitive: bool) -> None:
+def _check_unique(table: TableRef, names: Sequence[str], *, case_sensitive: bool) -> None:
     seen: dict[str, str] = {}
     for name in names:
         key = _key(name, case_sensitive)

@@ -1,10 +1,9 @@
-"""Build the SparkSession from config.toml's `[spark]` and `[destination]` sections.
+"""Build the SparkSession from config.toml's `[spark]` and `[destination]` sections."""
 
-Why here and not in dagster-pyspark alone: the Iceberg runtime jar must be found inside the
-installed `snowpark-connect-deps-iceberg` wheel (nothing is downloaded at run time), and the
-catalog settings follow from `[destination]`. The resulting flat conf dict is what
-`dagster_pyspark.PySparkResource(spark_config=...)` takes, so both paths build the same session.
-"""
+# Why here and not in dagster-pyspark alone: the Iceberg runtime jar must be found inside the
+# installed `snowpark-connect-deps-iceberg` wheel (nothing is downloaded at run time), and the
+# catalog settings follow from `[destination]`. The resulting flat conf dict is what
+# `dagster_pyspark.PySparkResource(spark_config=...)` takes, so both paths build the same session.
 
 from __future__ import annotations
 

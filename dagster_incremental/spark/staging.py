@@ -1,10 +1,9 @@
-"""Staging: whatever the user's function produced, filtered by its cursors, as one Spark DataFrame.
+"""Staging: whatever the user's function produced, filtered by its cursors, as one Spark DataFrame."""
 
-The function may yield dict rows, pages (lists) of dict rows, pyarrow Tables or RecordBatches,
-pandas DataFrames or pyspark DataFrames, or return any of those. Dict rows are grouped into
-pages so the cursor engine filters page by page (and `row_order` can stop the generator early);
-kept rows travel as Arrow and enter Spark in one conversion, never row by row.
-"""
+# The function may yield dict rows, pages (lists) of dict rows, pyarrow Tables or RecordBatches,
+# pandas DataFrames or pyspark DataFrames, or return any of those. Dict rows are grouped into
+# pages so the cursor engine filters page by page (and `row_order` can stop the generator early);
+# kept rows travel as Arrow and enter Spark in one conversion, never row by row.
 
 from __future__ import annotations
 

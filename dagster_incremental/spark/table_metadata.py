@@ -1,25 +1,24 @@
-"""Read an Iceberg table's current metadata straight from a local Hadoop-catalog warehouse.
+"""Read an Iceberg table's current metadata straight from a local Hadoop-catalog warehouse."""
 
-Why: a run whose source returns nothing only needs the committed cursor, the current snapshot's
-summary and the table schema. Asking Spark for them means starting a JVM (~10 s in a fresh
-process); a Hadoop catalog keeps all three in one JSON file on disk, which takes milliseconds
-to parse. This module is pure Python (stdlib json/gzip): importing it loads neither pyspark nor
-a JVM.
-
-It answers only when it can be sure: a conf it does not fully understand, a table it cannot
-read consistently (a concurrent writer, a damaged file, a type Spark would not map) gives None,
-and the caller falls back to Spark. A None from the module-level helpers therefore means
-"no table, or not readable here: ask Spark"; `read_metadata` plus the `TableMetadata` methods
-give definitive answers (no cursor, no snapshot) once a metadata file was read.
-
-Resolution follows Iceberg's HadoopTableOperations: `metadata/version-hint.text` names a
-version N (when it is missing or unreadable, the highest `v<N>.metadata.json` present), then
-newer versions that exist win (N+1, N+2, ...). Each version may be stored as
-`v<N>.metadata.json`, `v<N>.gz.metadata.json` or the old `v<N>.metadata.json.gz`, looked up in
-that order. A commit renames a complete file into place, so a version file is either absent or
-whole; a file that vanishes or fails to parse while we read it means the table is changing under
-us: we retry a few times, then give up with None.
-"""
+# Why: a run whose source returns nothing only needs the committed cursor, the current snapshot's
+# summary and the table schema. Asking Spark for them means starting a JVM (~10 s in a fresh
+# process); a Hadoop catalog keeps all three in one JSON file on disk, which takes milliseconds
+# to parse. This module is pure Python (stdlib json/gzip): importing it loads neither pyspark nor
+# a JVM.
+#
+# It answers only when it can be sure: a conf it does not fully understand, a table it cannot
+# read consistently (a concurrent writer, a damaged file, a type Spark would not map) gives None,
+# and the caller falls back to Spark. A None from the module-level helpers therefore means
+# "no table, or not readable here: ask Spark"; `read_metadata` plus the `TableMetadata` methods
+# give definitive answers (no cursor, no snapshot) once a metadata file was read.
+#
+# Resolution follows Iceberg's HadoopTableOperations: `metadata/version-hint.text` names a
+# version N (when it is missing or unreadable, the highest `v<N>.metadata.json` present), then
+# newer versions that exist win (N+1, N+2, ...). Each version may be stored as
+# `v<N>.metadata.json`, `v<N>.gz.metadata.json` or the old `v<N>.metadata.json.gz`, looked up in
+# that order. A commit renames a complete file into place, so a version file is either absent or
+# whole; a file that vanishes or fails to parse while we read it means the table is changing under
+# us: we retry a few times, then give up with None.
 
 from __future__ import annotations
 

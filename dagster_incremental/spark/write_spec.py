@@ -1,14 +1,15 @@
-"""What the table writer is told: the asset's static write settings and one run's batch.
+"""What the table writer is told: the asset's static write settings and one run's batch."""
 
-These plain dataclasses are the seam between the Dagster side (asset factory, IO manager) and the
-Spark side (table writer, merge strategies): neither imports the other's world to talk.
-"""
+# These plain dataclasses are the seam between the Dagster side (asset factory, IO manager) and the
+# Spark side (table writer, merge strategies): neither imports the other's world to talk.
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from dagster_incremental.spark.table_ref import TableRef
 
 Disposition = Literal["append", "replace", "merge"]
 MergeStrategy = Literal["delete-insert", "upsert", "scd2"]
@@ -33,7 +34,7 @@ class Scd2Options:
 class WriteSpec:
     """How one asset's table is written; static for the asset (decorator < config.toml)."""
 
-    table: str  # fully qualified and already quoted per part: `lake`.`ns`.`orders`
+    table: TableRef
     disposition: Disposition = "append"
     strategy: MergeStrategy | None = None  # only with disposition == "merge"
     primary_key: tuple[str, ...] = ()

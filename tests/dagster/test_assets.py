@@ -45,7 +45,7 @@ def io_manager(spark, spark_warehouse, namespace):
 
 
 def table_rows(spark, io, key: str, order_by: str = "id") -> list[dict]:
-    frame = spark.table(io.table_name(dg.AssetKey(key))).orderBy(order_by)
+    frame = spark.table(io.table_name(dg.AssetKey(key)).sql).orderBy(order_by)
     return [row.asDict() for row in frame.collect()]
 
 
@@ -319,7 +319,7 @@ def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, 
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert "broken" in str(failure.message) and "str" in str(failure.message)
-    assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).replace("`", ""))
+    assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).sql)
 
 
 def test_changed_keys_are_reported_and_need_a_full_refresh(spark, instance, io_manager, config_file):
@@ -436,7 +436,7 @@ def test_a_cursor_type_changed_in_config_names_the_key_and_keeps_table_and_curso
         return orders_typed
 
     first = run(define('"2024-01-01T00:00:00Z"'), instance, io_manager)
-    table = io_manager.table_name(dg.AssetKey("orders_typed")).replace("`", "")
+    table = io_manager.table_name(dg.AssetKey("orders_typed")).display
     snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
     result = run(define("0"), instance, io_manager, raise_on_error=False)  # a number: a number cursor
     message = failure_text(result)

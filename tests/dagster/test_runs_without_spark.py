@@ -73,4 +73,4 @@ def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, inst
     assert result.success
     assert metadata(result)["dagster/row_count"] == 0
     monkeypatch.undo()
-    assert not spark.catalog.tableExists(io().table_name(dg.AssetKey("orders")))
+    assert not spark.catalog.tableExists(io().table_name(dg.AssetKey("orders")).sql)

@@ -15,6 +15,7 @@ from dagster_incremental.spark.commit import (
     read_committed_state,
     with_commit_properties,
 )
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY, CommitInfo
 
 
@@ -33,7 +34,7 @@ def test_commit_properties_are_compact_sorted_json():
 
 @pytest.fixture
 def table(spark, request):
-    name = f"`lake`.`commit`.`{request.node.name}`"
+    name = TableRef("lake", ("commit",), request.node.name)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS `lake`.`commit`")
     spark.sql(f"CREATE TABLE {name} (id bigint, v string) USING iceberg")
     return name
@@ -74,7 +75,7 @@ def test_sql_statement_commit_carries_properties(spark, table, scope_mechanism):
     assert STATE_PROPERTY not in first
     assert merge[STATE_PROPERTY] == '{"last_value":2}' and merge[RUN_ID_PROPERTY] == "run-1"
     assert current_properties(spark) == {}
-    assert sorted(tuple(r) for r in spark.table(table).collect()) == [(1, "b"), (2, "c")]
+    assert sorted(tuple(r) for r in spark.table(table.sql).collect()) == [(1, "b"), (2, "c")]
 
 
 def test_errors_keep_their_type_and_nothing_is_committed(spark, table, scope_mechanism):
@@ -122,12 +123,12 @@ def test_threads_commit_their_own_properties(spark, table, scope_mechanism):
         f"SELECT summary['k'] AS k, summary['added-records'] AS n FROM {table}.`snapshots`"
     ).collect()
     assert sorted(r.k for r in rows) == ["t0", "t1", "t2"]
-    by_value = {r.v: r.id for r in spark.table(table).collect()}
+    by_value = {r.v: r.id for r in spark.table(table.sql).collect()}
     assert by_value == {"t0": 0, "t1": 1, "t2": 2}
 
 
 def test_read_committed_state_picks_newest_matching_scope(spark, table):
-    assert read_committed_state(spark, "`lake`.`commit`.`no_such_table`") is None
+    assert read_committed_state(spark, TableRef("lake", ("commit",), "no_such_table")) is None
     assert read_committed_state(spark, table) is None  # table without snapshots
 
     def insert(i: int, info: CommitInfo) -> None:
@@ -151,6 +152,6 @@ def test_read_committed_state_picks_newest_matching_scope(spark, table):
 
     # rolled back history doesn't count: roll back to the first commit
     first = current[0].snapshot_id
-    catalog, namespace, name = "lake", "commit", table.split("`.`")[-1].rstrip("`")
+    catalog, namespace, name = table.catalog, table.namespace[0], table.name
     spark.sql(f"CALL {catalog}.system.rollback_to_snapshot(table => '{namespace}.{name}', snapshot_id => {first})")
     assert read_committed_state(spark, table).run_id == "r1"

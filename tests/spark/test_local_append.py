@@ -13,7 +13,9 @@ import pytest
 from dagster_incremental.spark.local_append import LocalAppend
 from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.spark.staging import arrow_to_spark
-from dagster_incremental.spark.writer import TableWriter, is_commit_conflict
+from dagster_incremental.spark.errors import is_commit_conflict
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = pytest.mark.spark
@@ -37,15 +39,15 @@ def rows(ids, version=0) -> pa.Table:
     )
 
 
-def table(name: str) -> str:
-    return f"`lake`.`local_{uuid.uuid4().hex[:6]}`.`{name}`"
+def table(name: str) -> TableRef:
+    return TableRef("lake", (f"local_{uuid.uuid4().hex[:6]}",), name)
 
 
-def contents(spark, name: str) -> list[dict]:
-    return [r.asDict(recursive=True) for r in spark.table(name).orderBy("id", "version").collect()]
+def contents(spark, name: TableRef) -> list[dict]:
+    return [r.asDict(recursive=True) for r in spark.table(name.sql).orderBy("id", "version").collect()]
 
 
-def data_files(spark, name: str) -> list[str]:
+def data_files(spark, name: TableRef) -> list[str]:
     return [r.file_path for r in spark.sql(f"SELECT file_path FROM {name}.files").collect()]
 
 
@@ -60,7 +62,7 @@ def test_local_rows_make_the_same_table_as_spark_with_the_cursor_in_the_same_com
     writer.write(WriteSpec(table=via_spark, **disposition), frame, commit=commit, deduplicated=True)
 
     assert contents(spark, local) == contents(spark, via_spark)
-    assert spark.table(local).schema == spark.table(via_spark).schema
+    assert spark.table(local.sql).schema == spark.table(via_spark.sql).schema
     assert (done.rows_inserted, done.row_count) == (199, 199)
     committed = writer.read_committed_state(local)
     assert committed.state == commit.state and committed.snapshot_id == done.snapshot_id
@@ -84,14 +86,14 @@ def test_appends_evolve_the_schema_and_merges_read_the_local_files(spark):
     writer.write(WriteSpec(table=log), rows([1]), commit=CommitInfo(state={"v": 1}))
     wider = rows([2]).set_column(6, "version", pa.array([7], pa.int64())).append_column("extra", pa.array([1.5]))
     writer.write(WriteSpec(table=log), wider, commit=CommitInfo(state={"v": 2}))
-    assert dict(spark.table(log).dtypes)["version"] == "bigint"  # int -> bigint, as Spark's path does
+    assert dict(spark.table(log.sql).dtypes)["version"] == "bigint"  # int -> bigint, as Spark's path does
     assert [(r["id"], r["version"], r["extra"]) for r in contents(spark, log)] == [(1, 0, None), (2, 7, 1.5)]
 
 
 def test_a_first_load_that_another_writer_beat_is_refused_and_leaves_no_files(spark):
     writer = TableWriter(spark)
     name = table("raced")
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name.rsplit('.', 1)[0]}")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name.namespace_sql}")
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg")
     target = LocalAppend.open(spark, name)
     paths: list[str] = []
@@ -100,7 +102,7 @@ def test_a_first_load_that_another_writer_beat_is_refused_and_leaves_no_files(sp
     with pytest.raises(Exception) as caught:
         target.commit(paths, {"dagster_incremental.state": "{}"}, only_if_empty=True)
     assert is_commit_conflict(caught.value)
-    assert [(r.id, r.v) for r in spark.table(name).collect()] == [(1, "theirs")]
+    assert [(r.id, r.v) for r in spark.table(name.sql).collect()] == [(1, "theirs")]
 
 
 def test_a_failed_commit_removes_the_files_it_wrote_and_changes_nothing(spark, monkeypatch):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from dagster_incremental.spark import local_batch
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.merge.strategies import prepare_batch, table_columns
+from dagster_incremental.spark.merge import prepare_batch, table_columns
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
 
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
@@ -19,7 +20,7 @@ T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
 def spec(**kw) -> WriteSpec:
     kw.setdefault("primary_key", ("id",))
-    return WriteSpec(table="`lake`.`t`.`x`", disposition="merge", strategy=kw.pop("strategy", "upsert"), **kw)
+    return WriteSpec(table=TableRef("lake", ("t",), "x"), disposition="merge", strategy=kw.pop("strategy", "upsert"), **kw)
 
 
 def reference(rows: list[dict], spec: WriteSpec) -> list[dict]:
@@ -82,7 +83,7 @@ def test_same_survivors_as_the_spark_path(spark):
     for s in (spec(dedup_sort=("seq", "desc"), cursor_column="ts"), spec(cursor_column="ts"), spec()):
         table = pa.Table.from_pylist(rows, schema=SCHEMA)
         frame = spark.createDataFrame(table.to_pandas())
-        prepared = prepare_batch(spark, s, frame, run_started_at=T0)
+        prepared = prepare_batch(s, frame, run_started_at=T0)
         by_spark = sorted(r["v"] for r in prepared.select(*table_columns(prepared)).collect())
         assert sorted(local_batch.deduplicate(table, s)["v"].to_pylist()) == by_spark
 
@@ -119,5 +120,5 @@ def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark)
     staged = stage_batches(struct_keys, {}, settings, spec())
     assert not staged.deduplicated and staged.local.num_rows == 2  # prepare_batch dedups in Spark
     frame = arrow_to_spark(spark, staged.local)
-    prepared = prepare_batch(spark, spec(), frame, run_started_at=T0)
+    prepared = prepare_batch(spec(), frame, run_started_at=T0)
     assert [r.v for r in prepared.select(*table_columns(prepared)).collect()] == ["b"]

@@ -75,11 +75,12 @@ def test_a_column_missing_from_a_pages_first_row_is_kept():
 
     from dagster_incremental.cursor.spec import incremental
     from dagster_incremental.spark.staging import stage_batches
+    from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import WriteSpec
 
     page = [{"id": 1, "at": 1}, {"id": 2, "at": 2, "note": "late field"}, {"id": 3, "at": 3, "extra": 1.5}]
     for runs in ({}, {"at": incremental("at", initial_value=0).bind(None)}):
-        staged = stage_batches([page], runs, SimpleNamespace(name="orders"), WriteSpec(table="`l`.`n`.`t`"))
+        staged = stage_batches([page], runs, SimpleNamespace(name="orders"), WriteSpec(table=TableRef("l", ("n",), "t")))
         assert staged.local.table().to_pylist() == [
             {"id": 1, "at": 1, "note": None, "extra": None},
             {"id": 2, "at": 2, "note": "late field", "extra": None},

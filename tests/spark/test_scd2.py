@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.spark.merge.strategies import merge_statement, prepare_batch
+from dagster_incremental.spark.merge import merge_statement, prepare_batch
 from dagster_incremental.spark.merge.scd2 import ROW_HASH, row_hash
 from merge_helpers import S0, S1, S2, S3, T0, T1, T2, batch, new_table, rows_sorted, run_merge, spec_for, table_rows
 
@@ -154,10 +154,10 @@ def test_prune_bounds_keep_other_partitions_untouched(spark):
 def test_scd2_columns_must_not_be_in_the_batch(spark):
     spec = scd2_spec("clash", primary_key="id")
     with pytest.raises(DataShapeError, match="_valid_from"):
-        prepare_batch(spark, spec, batch(spark, [*KV, ("_valid_from", "timestamp")], []), run_started_at=T0)
+        prepare_batch(spec, batch(spark, [*KV, ("_valid_from", "timestamp")], []), run_started_at=T0)
     bad = scd2_spec("badts", scd2={"active_record_timestamp": "not a time"})
     with pytest.raises(IncrementalConfigError, match="active_record_timestamp"):
-        prepare_batch(spark, bad, batch(spark, KV, []), run_started_at=T0)
+        prepare_batch(bad, batch(spark, KV, []), run_started_at=T0)
     with pytest.raises(IncrementalConfigError, match="active_record_timestamp"):
         merge_statement(bad, target=bad.table, source_view="v", columns=["id"], run_started_at=T0)
 
@@ -176,7 +176,7 @@ def test_row_hash_is_canonical_null_safe_and_column_by_column(spark):
     # The hard_delete flag is not part of the hash: a tombstone matches its row's version.
     spec = scd2_spec("hash", hard_delete_column="deleted")
     flagged = batch(spark, [*KV, ("deleted", "boolean")], [(1, "a", None), (1, "a", True)])
-    prepared = prepare_batch(spark, spec, flagged, run_started_at=T0)
+    prepared = prepare_batch(spec, flagged, run_started_at=T0)
     # Identical rows but the flag collapse to one survivor: the last seen (the tombstone).
     assert [tuple(r) for r in prepared.select("deleted", "__di_deleted").collect()] == [(True, True)]
     assert prepared.select(ROW_HASH).first()[0] == flagged.select(row_hash(flagged, ["id", "v"])).first()[0]

@@ -15,8 +15,11 @@ from dagster_incremental.spark.schema_evolution import (
     plan_schema_change,
     sql_type,
 )
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
+
+T_REF = TableRef("lake", ("ns",), "t")
 
 
 def schema(*fields: tuple[str, T.DataType]) -> T.StructType:
@@ -61,13 +64,13 @@ def test_fit_type(table_type, batch_type, fit):
 def test_plan_adds_new_columns_and_widens_int_to_bigint():
     table = schema(("id", T.IntegerType()), ("v", T.StringType()))
     batch = schema(("ID", T.LongType()), ("v", T.StringType()), ("new col", T.DoubleType()), ("nothing", T.NullType()))
-    plan = plan_schema_change("`lake`.`t`", table, batch)
+    plan = plan_schema_change(TableRef("lake", ("ns",), "t"), table, batch)
     assert [f.name for f in plan.add] == ["new col"]
     assert plan.widen == (("id", T.LongType()),)
     assert plan.dropped_void == ("nothing",)
     assert plan.statements() == [
-        "ALTER TABLE `lake`.`t` ALTER COLUMN `id` TYPE bigint",
-        "ALTER TABLE `lake`.`t` ADD COLUMNS (`new col` double)",
+        "ALTER TABLE `lake`.`ns`.`t` ALTER COLUMN `id` TYPE bigint",
+        "ALTER TABLE `lake`.`ns`.`t` ADD COLUMNS (`new col` double)",
     ]
     assert plan.target_schema(table).simpleString() == "struct<id:bigint,v:string,new col:double>"
 
@@ -76,7 +79,7 @@ def test_plan_rejects_with_table_column_and_both_types():
     table = schema(("id", T.LongType()), ("day", T.DateType()))
     batch = schema(("id", T.StringType()), ("day", T.TimestampType()))
     with pytest.raises(DataShapeError) as info:
-        plan_schema_change("`lake`.`ns`.`orders`", table, batch)
+        plan_schema_change(TableRef("lake", ("ns",), "orders"), table, batch)
     text = str(info.value)
     assert "`lake`.`ns`.`orders`" in text
     assert "'id' is bigint in the table but string in the batch" in text
@@ -86,7 +89,7 @@ def test_plan_rejects_with_table_column_and_both_types():
 
 def test_plan_rejects_case_duplicates():
     with pytest.raises(DataShapeError, match="'a' and 'A'"):
-        plan_schema_change("t", schema(), schema(("a", T.LongType()), ("A", T.LongType())))
+        plan_schema_change(T_REF, schema(), schema(("a", T.LongType()), ("A", T.LongType())))
 
 
 def test_sql_type_quotes_nested_names():
@@ -97,12 +100,12 @@ def test_sql_type_quotes_nested_names():
 
 def test_creatable_schema_drops_void_and_makes_nullable():
     created, dropped = creatable_schema(
-        "t", T.StructType([T.StructField("id", T.LongType(), False), T.StructField("x", T.NullType())])
+        T_REF, T.StructType([T.StructField("id", T.LongType(), False), T.StructField("x", T.NullType())])
     )
     assert created == schema(("id", T.LongType()))
     assert dropped == ("x",)
     with pytest.raises(DataShapeError, match="no typed column"):
-        creatable_schema("t", schema(("x", T.NullType())))
+        creatable_schema(T_REF, schema(("x", T.NullType())))
 
 
 # -- against the table (Spark) -------------------------------------------------------------------
@@ -118,11 +121,11 @@ def test_align_orders_casts_and_fills_nulls(spark):
 
 @pytest.fixture
 def table(spark, request):
-    return f"`lake`.`evolve`.`{request.node.name.replace('[', '_').replace(']', '')}`"
+    return TableRef("lake", ("evolve",), request.node.name.replace("[", "_").replace("]", ""))
 
 
 def contents(spark, table):
-    return sorted(tuple(r) for r in spark.table(table).collect())
+    return sorted(tuple(r) for r in spark.table(table.sql).collect())
 
 
 def test_evolution_through_the_writer(spark, table):
@@ -151,14 +154,14 @@ def test_rejected_type_change_writes_nothing(spark, table):
     spec = WriteSpec(table=table, disposition="append")
     writer.write(spec, spark.createDataFrame([(1, dt.date(2024, 1, 1))], "id bigint, day date"), commit=CommitInfo(state=None))
     before_snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.`snapshots`").collect()
-    before_schema = spark.table(table).schema
+    before_schema = spark.table(table.sql).schema
 
     bad = spark.createDataFrame([("x", dt.date(2024, 1, 2), 1)], "id string, day date, extra int")
     with pytest.raises(DataShapeError) as info:
         writer.write(spec, bad, commit=CommitInfo(state={"last_value": 1}))
-    assert table in str(info.value)
+    assert table.sql in str(info.value)
     assert "'id' is bigint in the table but string in the batch" in str(info.value)
     # nothing changed: no new column (planning happens before the first ALTER), no snapshot
-    assert spark.table(table).schema == before_schema
+    assert spark.table(table.sql).schema == before_schema
     assert spark.sql(f"SELECT snapshot_id FROM {table}.`snapshots`").collect() == before_snapshots
     assert contents(spark, table) == [(1, dt.date(2024, 1, 1))]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dagster_incremental.spark import table_metadata as tm
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
 NS = "tm"
@@ -228,11 +229,8 @@ def location(spark):
     """table name -> its folder, from the running session's own conf."""
     conf = dict(spark.sparkContext.getConf().getAll())
 
-    def locate(table: str) -> Path:
-        from dagster_incremental.spark.writer import split_identifier
-
-        catalog, *parts = split_identifier(table)
-        path = tm.hadoop_table_location(conf, catalog, parts)
+    def locate(table: TableRef) -> Path:
+        path = tm.hadoop_table_location(conf, table.catalog, [*table.namespace, table.name])
         assert path is not None
         return path
 
@@ -241,9 +239,7 @@ def location(spark):
 
 @pytest.fixture
 def table(request):
-    from dagster_incremental.spark.writer import table_name
-
-    return table_name("lake", NS, [re.sub(r"\W", "_", request.node.name)])
+    return TableRef.for_asset("lake", NS, [re.sub(r"\W", "_", request.node.name)])
 
 
 def info(n, scope=None):
@@ -271,7 +267,7 @@ def assert_matches_spark(spark, table, folder):
     live = int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
     assert int(summary.get("total-equality-deletes", 0)) == 0 and live == unchanged.row_count
     assert tm.spark_schema(folder) == unchanged.schema
-    iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
     iceberg.refresh()
     current = iceberg.currentSnapshot()
     assert summary == (dict(current.summary()) if current is not None else {})
@@ -335,7 +331,7 @@ def test_schema_and_summary_match_spark_for_nested_types_and_schema_evolution(sp
     result = writer.write(spec, spark.createDataFrame([nested_row(1)], NESTED), commit=info(1))
     assert tm.spark_schema(folder) == result.schema
     assert_matches_spark(spark, table, folder)
-    assert tm.spark_schema(folder) == tuple((f.name, f.dataType.simpleString()) for f in spark.table(table).schema.fields)
+    assert tm.spark_schema(folder) == tuple((f.name, f.dataType.simpleString()) for f in spark.table(table.sql).schema.fields)
 
     # evolution: a new (hostile) column, int -> bigint, decimal widened; then a nested column added
     evolved = NESTED.replace("n int", "n bigint").replace("price decimal(10,2)", "price decimal(12,2)")
@@ -361,8 +357,9 @@ def test_empty_table_and_missing_table(spark, table, location):
     assert tm.current_summary(folder) == (None, {}) and tm.committed_state(folder) is None
     assert tm.read_metadata(folder) is not None  # a definitive "no cursor", not "unsure"
     assert_matches_spark(spark, table, folder)
-    missing = location(table[:-1] + "_missing`")
-    assert not spark.catalog.tableExists(table[:-1] + "_missing`")
+    missing_table = dataclasses.replace(table, name=table.name + "_missing")
+    missing = location(missing_table)
+    assert not spark.catalog.tableExists(missing_table.sql)
     assert tm.read_metadata(missing) is None and tm.committed_state(missing) is None
 
 
@@ -391,10 +388,10 @@ def test_gzip_metadata_table(spark, table, location):
 
 @pytest.mark.spark
 def test_hostile_identifiers_resolve_to_the_right_folder(spark, location):
-    from dagster_incremental.spark.writer import TableWriter, table_name
+    from dagster_incremental.spark.writer import TableWriter
     from dagster_incremental.spark.write_spec import WriteSpec
 
-    table = table_name("lake", "tm we'ird ns", ["It's", "a`b Table"])
+    table = TableRef.for_asset("lake", "tm we'ird ns", ["It's", "a`b Table"])
     folder = location(table)
     TableWriter(spark).write(
         WriteSpec(table=table), spark.createDataFrame([(1, "x")], "`select` bigint, `a``b` string"), commit=info(1)
@@ -415,7 +412,7 @@ def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, loc
     frame = spark.createDataFrame([(1,)], "id bigint")
     for n in range(50):  # the only scoped cursor is early: the walk crosses ~45 snapshots
         commit = info(n, scope="early") if n == 4 else CommitInfo(state={"n": n}) if n < 10 else CommitInfo(state=None)
-        frame.writeTo(table).options(**write_options(commit_properties(commit))).append()
+        frame.writeTo(table.sql).options(**write_options(commit_properties(commit))).append()
     assert len(tm.read_metadata(folder).snapshots()) == 50
 
     timings = []

@@ -7,22 +7,18 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from types import SimpleNamespace
 
 import pytest
 from pyspark.sql import functions as F
 
 from dagster_incremental.errors import ConcurrentRunError, DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.partitioning import parse_partition_field, partition_bounds
+from dagster_incremental.spark import merge
+from dagster_incremental.spark.dialect import conflicts_as_concurrent_run
+from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.writer import (
-    TableWriter,
-    conflicts_as_concurrent_run,
-    is_commit_conflict,
-    prunable_partition_by,
-    split_identifier,
-    table_name,
-)
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.writer import TableWriter, prunable_partition_by
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -39,12 +35,12 @@ D = dt.date
 
 
 def test_table_name_quotes_every_part_and_joins_the_key_prefix():
-    assert table_name("lake", "ns", ["sales", "orders"]) == "`lake`.`ns`.`sales__orders`"
-    assert table_name("lake", "n s", ["it's", "a`b"]) == "`lake`.`n s`.`it's__a``b`"
-    assert split_identifier("`lake`.`n s`.`it's__a``b`") == ["lake", "n s", "it's__a`b"]
-    assert split_identifier("lake.ns.t") == ["lake", "ns", "t"]
+    assert TableRef.for_asset("lake", "ns", ["sales", "orders"]).sql == "`lake`.`ns`.`sales__orders`"
+    assert TableRef.for_asset("lake", "n s", ["it's", "a`b"]).sql == "`lake`.`n s`.`it's__a``b`"
+    assert TableRef.parse("`lake`.`n s`.`it's__a``b`").parts == ("lake", "n s", "it's__a`b")
+    assert TableRef.parse("lake.ns.t").parts == ("lake", "ns", "t")
     with pytest.raises(ValueError):
-        split_identifier("`lake`.`open")
+        TableRef.parse("`lake`.`open")
 
 
 def test_partition_spec_parser_validates_and_quotes():
@@ -64,13 +60,13 @@ def test_partition_spec_parser_validates_and_quotes():
 def test_helper_prefix_is_the_merge_strategies_one():
     """Helper columns of prepared merge batches never become table columns."""
     from dagster_incremental.spark.merge import sql as merge_sql
-    from dagster_incremental.spark.writer import HELPER_PREFIX, WINDOW_OP
+    from dagster_incremental.spark.window_replace import KEY_DELETE_OP, WINDOW_OP
 
-    assert HELPER_PREFIX == merge_sql.HELPER_PREFIX and WINDOW_OP.startswith(HELPER_PREFIX)
+    assert WINDOW_OP.startswith(merge_sql.HELPER_PREFIX) and KEY_DELETE_OP.startswith(merge_sql.HELPER_PREFIX)
 
 
 def test_delta_is_a_clear_config_error(spark):
-    spec = WriteSpec(table="`lake`.`tw`.`delta`", table_format="delta")
+    spec = WriteSpec(table=TableRef("lake", ("tw",), "delta"), table_format="delta")
     with pytest.raises(IncrementalConfigError, match='format = "delta" is not supported'):
         TableWriter(spark).write(spec, None, commit=CommitInfo(state=None))
 
@@ -80,7 +76,7 @@ def test_delta_is_a_clear_config_error(spark):
 
 @pytest.fixture
 def table(request):
-    return table_name("lake", "tw", [re.sub(r"\W", "_", request.node.name)])
+    return TableRef.for_asset("lake", "tw", [re.sub(r"\W", "_", request.node.name)])
 
 
 @pytest.fixture
@@ -89,7 +85,7 @@ def writer(spark):
 
 
 def contents(spark, table):
-    frame = spark.table(table)
+    frame = spark.table(table.sql)
     return sorted(tuple(r) for r in frame.collect())
 
 
@@ -160,15 +156,30 @@ def test_no_batch_and_no_table_creates_nothing(spark, writer, table):
     assert properties["format-version"] == "2" and properties["write.merge.mode"] == "copy-on-write"
 
 
-def test_commit_conflicts_become_concurrent_run_errors():
-    conflict = RuntimeError("org.apache.iceberg.exceptions.ValidationException: Found conflicting files that can contain records matching true")
+def java_error(spark, exception_class: str, message: str):
+    """A py4j error carrying a real Java exception of `exception_class` (as a failed commit raises)."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark.sparkContext._jvm
+    no_args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 0)
+    cls = jvm
+    for part in exception_class.split("."):
+        cls = getattr(cls, part)
+    return Py4JJavaError(f"An error occurred while calling o1.commit. {message}", cls(message, no_args))
+
+
+def test_commit_conflicts_become_concurrent_run_errors(spark):
+    table = TableRef("lake", ("tw",), "t")
+    conflict = java_error(spark, "org.apache.iceberg.exceptions.ValidationException", "Found conflicting files")
     with pytest.raises(ConcurrentRunError, match="another writer committed") as caught:
-        with conflicts_as_concurrent_run("`lake`.`t`"):
+        with conflicts_as_concurrent_run(table):
             raise conflict
     assert caught.value.__cause__ is conflict
-    assert is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Version 3 already exists"))
+    assert is_commit_conflict(java_error(spark, "org.apache.iceberg.exceptions.CommitFailedException", "Version 3 already exists"))
+    # the class decides, not the text: a message naming the exception is not one
+    assert not is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Version 3"))
     with pytest.raises(KeyError):  # everything else passes through unchanged
-        with conflicts_as_concurrent_run("`lake`.`t`"):
+        with conflicts_as_concurrent_run(table):
             raise KeyError("x")
 
 
@@ -268,47 +279,60 @@ def test_full_refresh_replaces_schema_and_rows_in_one_commit(spark, writer, tabl
 # -- merge ---------------------------------------------------------------------------------------
 
 
-def _upsert_stand_in(fail_prepare=False, bad_statement=False):
-    """A minimal upsert on `id`, with the real module's seam (prepare_batch / merge_statement)."""
+@dataclasses.dataclass
+class _UpsertStandIn:
+    """A minimal upsert on `id` (a MergeStrategy): no dedup, no helper columns."""
 
-    def prepare_batch(spark, spec, batch, *, run_started_at):
-        if fail_prepare:
+    fail_prepare: bool = False
+    bad_statement: bool = False
+
+    def prepare_batch(self, spec, batch, *, run_started_at, deduplicated=False):
+        if self.fail_prepare:
             raise DataShapeError("NULL key in the batch")
         return batch
 
-    def merge_statement(spec, *, target, source_view, columns, run_started_at, prune=()):
+    def merge_statement(self, spec, *, target, source_view, columns, run_started_at, prune=()):
         on, args = ["t.`id` = s.`id`"], {}
         for i, (column, lo, hi) in enumerate(prune):
             if lo is not None:
                 on.append(f"t.{quote(column)} BETWEEN :p{i}_lo AND :p{i}_hi")
                 args.update({f"p{i}_lo": lo, f"p{i}_hi": hi})
-        if bad_statement:
+        if self.bad_statement:
             on.append("t.`no_such_column` = 1")
         text = (
-            f"MERGE INTO {target} AS t USING {quote(source_view)} AS s ON {' AND '.join(on)} "
+            f"MERGE INTO {target.sql} AS t USING {quote(source_view)} AS s ON {' AND '.join(on)} "
             "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
         return text, args
 
-    return SimpleNamespace(prepare_batch=prepare_batch, merge_statement=merge_statement)
+
+@pytest.fixture
+def upsert_with(monkeypatch):
+    """Install a stand-in as the "upsert" strategy of the registry the writer looks strategies up in."""
+
+    def install(**kwargs):
+        monkeypatch.setitem(merge.STRATEGIES, "upsert", _UpsertStandIn(**kwargs))
+
+    return install
 
 
-def test_merge_failure_before_commit_changes_nothing(spark, table):
+def test_merge_failure_before_commit_changes_nothing(spark, table, upsert_with):
     spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
-    TableWriter(spark, strategies=_upsert_stand_in()).write(
-        spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1)
-    )
-    before = (snapshots(spark, table), contents(spark, table), spark.table(table).schema)
+    upsert_with()
+    TableWriter(spark).write(spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1))
+    before = (snapshots(spark, table), contents(spark, table), spark.table(table.sql).schema)
     new_column = spark.createDataFrame([(1, D(2024, 1, 1), "b", 5)], "id bigint, day date, v string, extra int")
-    for strategies in (_upsert_stand_in(fail_prepare=True), _upsert_stand_in(bad_statement=True)):
+    for failure in ({"fail_prepare": True}, {"bad_statement": True}):
+        upsert_with(**failure)
         with pytest.raises(Exception, match="NULL key|no_such_column"):
-            TableWriter(spark, strategies=strategies).write(spec, frame(spark, [(1, D(2024, 1, 1), "b")]), commit=info(2))
-    assert (snapshots(spark, table), contents(spark, table), spark.table(table).schema) == before
+            TableWriter(spark).write(spec, frame(spark, [(1, D(2024, 1, 1), "b")]), commit=info(2))
+    assert (snapshots(spark, table), contents(spark, table), spark.table(table.sql).schema) == before
     assert TableWriter(spark).read_committed_state(table).run_id == "run-1"
     # a failing statement after schema evolution: the data and cursor are unchanged; only the
     # (nullable, metadata-only) new column stays
+    upsert_with(bad_statement=True)
     with pytest.raises(Exception, match="no_such_column"):
-        TableWriter(spark, strategies=_upsert_stand_in(bad_statement=True)).write(spec, new_column, commit=info(3))
+        TableWriter(spark).write(spec, new_column, commit=info(3))
     assert snapshots(spark, table) == before[0] and contents(spark, table) == [(1, D(2024, 1, 1), "a", None)]
 
 
@@ -316,7 +340,7 @@ def test_prunable_partition_columns_are_key_columns():
     cols = ["id", "day", "ts", "region"]
 
     def prunable(**kw):
-        return prunable_partition_by(WriteSpec(table="t", disposition="merge", **kw), cols)
+        return prunable_partition_by(WriteSpec(table=TableRef("lake", ("tw",), "t"), disposition="merge", **kw), cols)
 
     assert prunable(strategy="upsert", primary_key=("id", "day"), partition_by=("day", "days(ts)")) == ["day"]
     # an updated row may move days: pruning on a non-key column would duplicate it
@@ -327,12 +351,13 @@ def test_prunable_partition_columns_are_key_columns():
     assert prunable(strategy="scd2", merge_key=("region",), partition_by=("region",)) == ["region"]
 
 
-def test_merge_prunes_with_batch_partition_bounds(spark, table):
+def test_merge_prunes_with_batch_partition_bounds(spark, table, upsert_with):
     spec = WriteSpec(
         table=table, disposition="merge", strategy="upsert", primary_key=("id", "day"), partition_by=("day",),
         table_properties={"write.merge.mode": "copy-on-write"},  # file rewrites show what was pruned
     )
-    writer = TableWriter(spark, strategies=_upsert_stand_in())
+    upsert_with()
+    writer = TableWriter(spark)
     rows = [(i, D(2024, 1, 1 + i % 6), f"v{i}") for i in range(24)]
     writer.write(spec, frame(spark, rows), commit=info(1))
     batch = frame(spark, [(3, D(2024, 1, 4), "changed"), (100, D(2024, 1, 4), "new")])
@@ -348,13 +373,14 @@ def test_merge_prunes_with_batch_partition_bounds(spark, table):
     assert summary[STATE_PROPERTY] == '{"last_value":2}'
 
 
-def test_merge_on_read_table_counts_exactly(spark, table):
+def test_merge_on_read_table_counts_exactly(spark, table, upsert_with):
     """merge-on-read writes delete files; counts still say what the MERGE did, run after run."""
     spec = WriteSpec(
         table=table, disposition="merge", strategy="upsert", primary_key=("id",),
         table_properties={"write.merge.mode": "merge-on-read"},
     )
-    writer = TableWriter(spark, strategies=_upsert_stand_in())
+    upsert_with()
+    writer = TableWriter(spark)
     writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b")]), commit=info(1))
     result = writer.write(spec, frame(spark, [(2, D(2024, 1, 1), "B"), (3, D(2024, 1, 1), "c")]), commit=info(2))
     assert int(snapshots(spark, table)[-1][2]["added-delete-files"]) == 1
@@ -421,7 +447,7 @@ HOSTILE = ["select", "from", "a`b", "it's", "two words"]
 
 
 def test_hostile_identifiers_round_trip(spark, writer):
-    table = table_name("lake", "we'ird ns", ["it's", "a`b table"])
+    table = TableRef.for_asset("lake", "we'ird ns", ["it's", "a`b table"])
     schema = ", ".join(f"{quote(c)} {t}" for c, t in zip(HOSTILE, ["bigint", "date", "string", "string", "double"]))
     spec = WriteSpec(table=table, disposition="append", partition_by=("from",))
 
@@ -451,7 +477,7 @@ def test_hostile_identifiers_round_trip(spark, writer):
     assert [c for c, _ in result.schema] == [*HOSTILE, "where`s"]
     assert contents(spark, table) == [(9, None, None, None, None, "v")]
     assert writer.read_committed_state(table).run_id == "run-5"
-    assert spark.table(table).where(F.col(quote("where`s")) == "v").count() == 1
+    assert spark.table(table.sql).where(F.col(quote("where`s")) == "v").count() == 1
 
 
 # -- merge-on-read and its compaction --------------------------------------------------------------
@@ -485,11 +511,9 @@ def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_curs
 
 def test_a_table_created_by_someone_else_meanwhile_is_merged_into_not_recreated(spark, writer, table, monkeypatch):
     """CREATE TABLE AS SELECT for a new table loses the race to another creator: merge instead."""
-    import dagster_incremental.spark.writer as tw
-
     spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
     writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1))  # the other creator
-    monkeypatch.setattr(tw, "table_exists", lambda spark, name: False)  # this run looked before it
+    monkeypatch.setattr(TableWriter, "table_exists", lambda self, name: False)  # this run looked before it
     result = writer.write(spec, frame(spark, [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]), commit=info(2))
     assert (result.rows_inserted, result.rows_updated, result.row_count) == (1, 1, 2)
     assert contents(spark, table) == [(1, D(2024, 1, 2), "b"), (2, D(2024, 1, 2), "c")]

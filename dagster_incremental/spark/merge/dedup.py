@@ -1,9 +1,8 @@
-"""Batch checks and deduplication shared by every merge strategy.
+"""Batch checks and deduplication shared by every merge strategy."""
 
-Why before the MERGE and not inside it: a MERGE with two source rows for one target row fails
-(MERGE_CARDINALITY_VIOLATION) after Spark has done all the work, and a NULL key silently never
-matches. Both are decided here, on the batch alone, before anything is written.
-"""
+# Why before the MERGE and not inside it: a MERGE with two source rows for one target row fails
+# (MERGE_CARDINALITY_VIOLATION) after Spark has done all the work, and a NULL key silently never
+# matches. Both are decided here, on the batch alone, before anything is written.
 
 from __future__ import annotations
 

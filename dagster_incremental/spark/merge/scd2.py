@@ -1,21 +1,20 @@
-"""scd2: keep every version of a row, with validity timestamps, in one MERGE.
+"""scd2: keep every version of a row, with validity timestamps, in one MERGE."""
 
-Why one MERGE and not dlt's UPDATE-then-INSERT: the writer attaches the cursor to exactly one
-table commit, and two statements would leave a window where versions are retired but their
-successors are missing. Why a precomputed source instead of `WHEN NOT MATCHED BY SOURCE`: a MERGE
-condition cannot hold a subquery, so "only retire rows whose merge_key is in the batch" has to be
-decided by joins inside the source query; the MERGE itself then only retires what the source
-names and inserts what the source carries.
-
-Differences from dlt, on purpose: the primary key (when given) identifies the entity, so a changed
-row retires its own old version; hard_delete retires without inserting; identical duplicates
-collapse to one version; compound keys compare column by column; the row hash is canonical and
-NULL-safe (no collisions between ("a", "bc") and ("ab", "c")).
-"""
+# Why one MERGE and not dlt's UPDATE-then-INSERT: the writer attaches the cursor to exactly one
+# table commit, and two statements would leave a window where versions are retired but their
+# successors are missing. Why a precomputed source instead of `WHEN NOT MATCHED BY SOURCE`: a MERGE
+# condition cannot hold a subquery, so "only retire rows whose merge_key is in the batch" has to be
+# decided by joins inside the source query; the MERGE itself then only retires what the source
+# names and inserts what the source carries.
+#
+# Differences from dlt, on purpose: the primary key (when given) identifies the entity, so a changed
+# row retires its own old version; hard_delete retires without inserting; identical duplicates
+# collapse to one version; compound keys compare column by column; the row hash is canonical and
+# NULL-safe (no collisions between ("a", "bc") and ("ab", "c")).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, time, timezone
 from typing import Any
 
@@ -34,6 +33,7 @@ from pyspark.sql.types import (
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.merge.dedup import c
+from dagster_incremental.spark.merge.prepare import BatchRules, prepare_batch
 from dagster_incremental.spark.merge.sql import (
     DELETED,
     INSERT,
@@ -47,8 +47,11 @@ from dagster_incremental.spark.merge.sql import (
     keys_equal,
     merge,
     prune_condition,
+    written_columns,
 )
+from dagster_incremental.spark.merge.strategy import Prune
 from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
 
 ROW_HASH = "_row_hash"
@@ -170,6 +173,48 @@ def add_columns(
     return out
 
 
+# --- the strategy -------------------------------------------------------------------------------
+
+
+class Scd2:
+    """The MergeStrategy "scd2"."""
+
+    def prepare_batch(
+        self, spec: WriteSpec, batch: DataFrame, *, run_started_at: datetime, deduplicated: bool = False
+    ) -> DataFrame:
+        """One row per entity (without a primary key: per row version, so identical duplicates
+        collapse), plus the validity columns and the row hash."""
+        keys: dict[str, Sequence[str]] = {"primary_key": spec.primary_key, "merge_key": spec.merge_key}
+        if spec.scd2.row_version_column_name:
+            keys["row_version_column_name"] = [spec.scd2.row_version_column_name]
+
+        def with_columns(frame: DataFrame, user_columns: Sequence[str], started: datetime) -> tuple[DataFrame, list[str]]:
+            return add_columns(frame, spec, user_columns, started), added_columns(spec)
+
+        rules = BatchRules(
+            keys=keys,
+            dedup_key=entity_key(spec),
+            check=lambda frame: check_settings(spec, frame),
+            add_columns=with_columns,
+        )
+        return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
+
+    def merge_statement(
+        self,
+        spec: WriteSpec,
+        *,
+        target: TableRef,
+        source_view: str,
+        columns: Sequence[str],
+        run_started_at: datetime,
+        prune: Prune = (),
+    ) -> tuple[str, dict[str, Any]]:
+        params = Params()
+        view = quote(source_view)
+        text = statement(spec, target.sql, view, written_columns(columns), prune, params, run_started_at=run_started_at)
+        return text, dict(params.values)
+
+
 # --- the statement ------------------------------------------------------------------------------
 
 
@@ -178,7 +223,7 @@ def statement(
     target: str,
     view: str,
     columns: Sequence[str],
-    prune: Sequence[tuple[str, Any, Any]],
+    prune: Prune,
     params: Params,
     *,
     run_started_at: datetime,
@@ -195,9 +240,23 @@ def statement(
     `view` is the quoted temp view of the prepared batch. A tombstone's merge_key values count
     as "in the batch", as in delete-insert (dlt): the batch reloads those merge_key groups.
     """
-    valid_from, valid_to = spec.scd2.validity_column_names
+    valid_to = spec.scd2.validity_column_names[1]
     key = entity_key(spec)
-    version = version_column(spec)
+    active = _active_condition(spec, params)
+    active_versions = (
+        f"SELECT DISTINCT {column_list(list(dict.fromkeys([*key, version_column(spec), *spec.merge_key])), 'd')}, "
+        f"TRUE AS {quote(FOUND)} FROM {target} AS d WHERE {conj(active('d'), prune_condition('d', prune, params))}"
+    )
+    source = f"{_insert_rows(spec, view, columns, active_versions)}\nUNION ALL\n{_retire_rows(spec, view, columns, active_versions)}"
+    on = conj(keys_equal("t", key, "s", join_keys(len(key))), active("t"), prune_condition("t", prune, params))
+    retire_at = params.bind("boundary", boundary(spec, run_started_at))
+    retire = f"WHEN MATCHED THEN UPDATE SET {col('t', valid_to)} = {retire_at}"
+    return merge(target, source, on, [retire, insert_clause(columns, condition=col("s", INSERT))])
+
+
+def _active_condition(spec: WriteSpec, params: Params) -> Callable[[str], str]:
+    """`alias` -> the SQL condition "this row is an active version"."""
+    valid_to = spec.scd2.validity_column_names[1]
     until = active_to(spec)
 
     def active(alias: str) -> str:
@@ -205,20 +264,26 @@ def statement(
             return f"{col(alias, valid_to)} IS NULL"
         return f"{col(alias, valid_to)} = {params.bind('active_to', until)}"
 
-    lookup_columns = list(dict.fromkeys([*key, version, *spec.merge_key]))
-    active_versions = (
-        f"SELECT DISTINCT {column_list(lookup_columns, 'd')}, TRUE AS {quote(FOUND)} "
-        f"FROM {target} AS d WHERE {conj(active('d'), prune_condition('d', prune, params))}"
-    )
-    changed = f"NOT ({col('a', version)} <=> {col('b', version)})"
+    return active
 
+
+def _insert_rows(spec: WriteSpec, view: str, columns: Sequence[str], active_versions: str) -> str:
+    """Batch rows that are not deletes and have no active version with the same row version."""
+    key, version = entity_key(spec), version_column(spec)
+    changed = f"NOT ({col('a', version)} <=> {col('b', version)})"
     insert_select = branch_columns(columns, rows_from="b", keys=["NULL"] * len(key), insert=True)
-    insert_rows = (
+    return (
         f"SELECT {insert_select}\n"
         f"FROM {view} AS b LEFT JOIN ({active_versions}) AS a ON {keys_equal('b', key, 'a', key)}\n"
         f"WHERE NOT {col('b', DELETED)} AND ({col('a', FOUND)} IS NULL OR {changed})"
     )
 
+
+def _retire_rows(spec: WriteSpec, view: str, columns: Sequence[str], active_versions: str) -> str:
+    """Active versions whose entity has another version or a tombstone in the batch, or is
+    absent from it while in scope (merge_key: only groups the batch names)."""
+    key, version = entity_key(spec), version_column(spec)
+    changed = f"NOT ({col('a', version)} <=> {col('b', version)})"
     if spec.merge_key:
         mk = list(spec.merge_key)
         scope_join = (
@@ -230,14 +295,8 @@ def statement(
         scope_join, in_scope = "", "TRUE"
     absent, present = f"{col('b', SURVIVOR)} IS NULL", f"{col('b', SURVIVOR)} IS NOT NULL"
     retire_select = branch_columns(columns, rows_from=None, keys=[col("a", k) for k in key], insert=False)
-    retire_rows = (
+    return (
         f"SELECT DISTINCT {retire_select}\n"
         f"FROM ({active_versions}) AS a LEFT JOIN {view} AS b ON {keys_equal('a', key, 'b', key)}{scope_join}\n"
         f"WHERE ({absent} AND {in_scope}) OR ({present} AND ({col('b', DELETED)} OR {changed}))"
     )
-
-    on = conj(keys_equal("t", key, "s", join_keys(len(key))), active("t"), prune_condition("t", prune, params))
-    retire_at = params.bind("boundary", boundary(spec, run_started_at))
-    retire = f"WHEN MATCHED THEN UPDATE SET {col('t', valid_to)} = {retire_at}"
-    source = f"{insert_rows}\nUNION ALL\n{retire_rows}"
-    return merge(target, source, on, [retire, insert_clause(columns, condition=col("s", INSERT))])

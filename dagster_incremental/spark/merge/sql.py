@@ -1,9 +1,8 @@
-"""Small SQL fragments the merge statements are assembled from.
+"""Small SQL fragments the merge statements are assembled from."""
 
-Why a module of its own: every merge strategy needs the same few pieces (key equality column by
-column, conjunctions, partition-pruning bounds, named parameters), and building them in one place
-keeps the rule "identifiers are quoted, values are parameters" checkable in one screen.
-"""
+# Why a module of its own: every merge strategy needs the same few pieces (key equality column by
+# column, conjunctions, partition-pruning bounds, named parameters), and building them in one place
+# keeps the rule "identifiers are quoted, values are parameters" checkable in one screen.
 
 from __future__ import annotations
 
@@ -18,6 +17,11 @@ HELPER_PREFIX = "__di_"
 DELETED = "__di_deleted"  # the row is a hard-delete tombstone
 SURVIVOR = "__di_survivor"  # the row won its key's dedup (the only row of its key that is written)
 INSERT = "__di_insert"  # in a MERGE source: the row is to be inserted (not a key-only row)
+
+
+def written_columns(columns: Sequence[str]) -> list[str]:
+    """The columns a MERGE writes: the table's, never a `__di_*` helper."""
+    return [name for name in columns if not name.startswith(HELPER_PREFIX)]
 
 
 def join_keys(n: int) -> list[str]:

@@ -1,0 +1,107 @@
+"""Spark and Iceberg failures recognised by their error class or Java exception class, never by
+message text (which changes between versions and may quote user data)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+TABLE_NOT_FOUND = "TABLE_OR_VIEW_NOT_FOUND"
+TABLE_ALREADY_EXISTS = "TABLE_OR_VIEW_ALREADY_EXISTS"
+USER_RAISED = "USER_RAISED_EXCEPTION"  # SQL raise_error(message)
+# Iceberg's optimistic concurrency said no: another writer committed first (CommitFailed), or a
+# commit's conflict validation found that writer's files (Validation).
+COMMIT_CONFLICTS = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException",
+)
+_SPARK_THROWABLE = "org.apache.spark.SparkThrowable"
+_MAX_DEPTH = 20  # causes followed at most (a cycle guard)
+
+
+def error_classes(error: BaseException) -> set[str]:
+    """The Spark error classes of `error` and of every Java exception behind it."""
+    found = set()
+    python_class = _python_error_class(error)
+    if python_class:
+        found.add(python_class)
+    for throwable in _java_chain(error):
+        if _implements(throwable, _SPARK_THROWABLE):
+            java_class = throwable.getErrorClass()
+            if java_class:
+                found.add(str(java_class))
+    return found
+
+
+def java_classes(error: BaseException) -> set[str]:
+    """The class names (and superclass names) of the Java exceptions behind `error`."""
+    names: set[str] = set()
+    for throwable in _java_chain(error):
+        cls = throwable.getClass()
+        while cls is not None:
+            names.add(str(cls.getName()))
+            cls = cls.getSuperclass()
+    return names
+
+
+def is_table_not_found(error: BaseException) -> bool:
+    return TABLE_NOT_FOUND in error_classes(error)
+
+
+def is_table_already_exists(error: BaseException) -> bool:
+    return TABLE_ALREADY_EXISTS in error_classes(error)
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Another writer committed to the table first; this commit was refused, nothing written."""
+    return bool(java_classes(error).intersection(COMMIT_CONFLICTS))
+
+
+def raised_by_sql(error: BaseException, message: str) -> bool:
+    """Whether `error` comes from the statement's own `raise_error(message)`: on Spark 3.5 a
+    plain java.lang.RuntimeException carrying exactly `message` (4.x: USER_RAISED_EXCEPTION)."""
+    for throwable in _java_chain(error):
+        if _implements(throwable, _SPARK_THROWABLE) and throwable.getErrorClass() == USER_RAISED:
+            if dict(throwable.getMessageParameters() or {}).get("errorMessage") == message:
+                return True
+        elif throwable.getClass().getName() == "java.lang.RuntimeException" and throwable.getMessage() == message:
+            return True
+    return False
+
+
+def _python_error_class(error: BaseException) -> str | None:
+    getter = getattr(error, "getErrorClass", None)
+    if getter is None:
+        return None
+    try:
+        return getter()
+    except Exception:  # noqa: BLE001 - a PySpark error without a JVM behind it
+        return None
+
+
+def _java_chain(error: BaseException) -> Iterator[Any]:
+    """The Java throwable behind `error` (PySpark's captured one or py4j's) and its causes."""
+    throwable = _java_throwable(error)
+    for _ in range(_MAX_DEPTH):
+        if throwable is None:
+            return
+        yield throwable
+        throwable = throwable.getCause()
+
+
+def _java_throwable(error: BaseException) -> Any:
+    from py4j.protocol import Py4JJavaError
+
+    if isinstance(error, Py4JJavaError):
+        return error.java_exception
+    origin = getattr(error, "_origin", None)  # pyspark.errors' CapturedException
+    return origin.java_exception if isinstance(origin, Py4JJavaError) else origin
+
+
+def _implements(throwable: Any, interface: str) -> bool:
+    from py4j.java_gateway import is_instance_of
+
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    return gateway is not None and is_instance_of(gateway, throwable, interface)

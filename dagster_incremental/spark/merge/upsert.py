@@ -1,0 +1,69 @@
+"""upsert (dlt's semantics) on the primary key: update matched rows, insert new ones, in ONE
+MERGE; merge_key is ignored, and a hard-delete tombstone deletes its row and is never inserted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from dagster_incremental.spark.merge.prepare import BatchRules, prepare_batch
+from dagster_incremental.spark.merge.sql import (
+    DELETED,
+    Params,
+    col,
+    conj,
+    insert_clause,
+    keys_equal,
+    merge,
+    prune_condition,
+    written_columns,
+)
+from dagster_incremental.spark.merge.strategy import Prune
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import WriteSpec
+
+
+class Upsert:
+    """The MergeStrategy "upsert"."""
+
+    def prepare_batch(
+        self, spec: WriteSpec, batch: DataFrame, *, run_started_at: datetime, deduplicated: bool = False
+    ) -> DataFrame:
+        """One row per primary key (merge_key is not checked: upsert ignores it)."""
+        rules = BatchRules(keys={"primary_key": spec.primary_key}, dedup_key=spec.primary_key)
+        return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
+
+    def merge_statement(
+        self,
+        spec: WriteSpec,
+        *,
+        target: TableRef,
+        source_view: str,
+        columns: Sequence[str],
+        run_started_at: datetime,
+        prune: Prune = (),
+    ) -> tuple[str, dict[str, Any]]:
+        params = Params()
+        text = statement(spec, target.sql, quote(source_view), written_columns(columns), prune, params)
+        return text, dict(params.values)
+
+
+def statement(spec: WriteSpec, target: str, view: str, columns: Sequence[str], prune: Prune, params: Params) -> str:
+    """The MERGE on the primary key; with hard_delete a tombstone deletes its matched row and is
+    never inserted when the key is unknown (dlt inserts it). The batch is one row per key."""
+    pk = list(spec.primary_key)
+    on = conj(keys_equal("t", pk, "s", pk), prune_condition("t", prune, params))
+    clauses = []
+    if spec.hard_delete_column:
+        clauses.append(f"WHEN MATCHED AND {col('s', DELETED)} THEN DELETE")
+    updated = [name for name in columns if name not in pk]
+    if updated:
+        assignments = ", ".join(f"{col('t', n)} = {col('s', n)}" for n in updated)
+        clauses.append(f"WHEN MATCHED THEN UPDATE SET {assignments}")
+    not_deleted = f"NOT {col('s', DELETED)}" if spec.hard_delete_column else ""
+    clauses.append(insert_clause(columns, condition=not_deleted))
+    return merge(target, f"SELECT * FROM {view}", on, clauses)

@@ -1,0 +1,249 @@
+"""What one commit did (rows inserted/updated/deleted, rows after, schema), read back from the
+snapshot it made, exactly and with as few Spark jobs as each kind of commit allows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceberg_table, write_options
+from dagster_incremental.spark.dialect import PendingCommit
+from dagster_incremental.spark.merge.sql import DELETED
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_metadata import live_row_count
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import WriteResult, WriteSpec
+
+# How a commit's rows are counted (see commit_result).
+Counting = Literal["summary", "keyed", "changes", "refresh"]
+
+
+@dataclass(frozen=True)
+class Counts:
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """A keyed merge batch: rows to insert or update, and hard-delete tombstones."""
+
+    rows: int
+    tombstones: int
+
+
+def commit_result(
+    spark: SparkSession,
+    commit: PendingCommit,
+    *,
+    kind: Counting,
+    keys: Sequence[str] = (),
+    previous_rows: int = 0,
+    batch_rows: BatchRows | None = None,
+    aligned: DataFrame | None = None,
+) -> WriteResult:
+    """WriteResult from the snapshot the commit made (found by its commit id).
+
+    kind "summary" (append/replace): the snapshot summary's record counts are exact (whole files
+    are added/removed). "changes" (a MERGE under copy-on-write rewrites whole files, so the
+    summary counts carried-over rows too): the commit's changelog between the parent and our
+    snapshot, where rows identical on both sides cancel out and per key a removed+added pair is
+    an update (no key: inserts and deletes only). "keyed" (upsert, delete-insert on the primary
+    key alone) counts as MERGE does: a batch row whose key was in the table is an update, a
+    tombstone whose key was there a delete, the others inserts. "refresh": the table's rows were
+    all replaced (previous_rows deleted).
+    """
+    snapshot = _own_snapshot(spark, commit)
+    if snapshot is None:
+        snapshot = _record_empty_commit(spark, commit)
+        kind = "summary"
+    counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned)
+    summary = snapshot.summary
+    return WriteResult(
+        rows_inserted=counts.inserted,
+        rows_updated=counts.updated,
+        rows_deleted=counts.deleted,
+        row_count=row_count(spark, commit.table, summary),
+        snapshot_id=snapshot.snapshot_id,
+        schema=_schema(spark, commit.table),
+        delete_files=_int(summary, "total-delete-files"),
+        position_deletes=_int(summary, "total-position-deletes"),
+    )
+
+
+def unchanged(spark: SparkSession, table: TableRef) -> WriteResult:
+    """The WriteResult of a run that commits nothing: no changes, the table as it is (its
+    current snapshot, read from the Iceberg Table object: no Spark job)."""
+    current = iceberg_table(spark, table).currentSnapshot()
+    summary = dict(current.summary()) if current is not None else {}
+    return WriteResult(
+        rows_inserted=0,
+        rows_updated=0,
+        rows_deleted=0,
+        row_count=row_count(spark, table, summary),
+        snapshot_id=current.snapshotId() if current is not None else None,
+        schema=_schema(spark, table),
+    )
+
+
+def row_count(spark: SparkSession, table: TableRef, summary: Mapping[str, str]) -> int:
+    """Live rows after the commit, from the summary when it can tell (else one count job)."""
+    rows = live_row_count(summary)
+    return spark.table(table.sql).count() if rows is None else rows
+
+
+def batch_rows(aligned: DataFrame, spec: WriteSpec, known_rows: int | None = None) -> BatchRows:
+    """One aggregate over the prepared batch (materialised or local: cheap to read again);
+    none when the rows were local and there are no tombstones to tell apart."""
+    if not spec.hard_delete_column:
+        return BatchRows(rows=aligned.count() if known_rows is None else known_rows, tombstones=0)
+    dead = _tombstone(aligned).cast("long")
+    row = aligned.agg(F.count(F.lit(1)).alias("n"), F.sum(dead).alias("dead")).collect()[0]
+    tombstones = int(row.dead or 0)
+    return BatchRows(rows=int(row.n) - tombstones, tombstones=tombstones)
+
+
+def resolve_column(table: TableRef, schema: T.StructType, name: str) -> str:
+    """The table's spelling of column `name` (case-insensitively, as Spark resolves it)."""
+    names = schema.fieldNames()
+    if name in names:
+        return name
+    lowered = {n.lower(): n for n in names}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    raise DataShapeError(
+        f"table {table}: the window column {name!r} is not a column of the table ({', '.join(names)})."
+    )
+
+
+def _own_snapshot(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo | None:
+    return find_snapshot(spark, commit.table, commit.commit_id)
+
+
+def _record_empty_commit(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo:
+    """The statement made no commit (nothing changed): record the cursor with an empty append
+    so the table still knows this run happened. Still one commit for the run."""
+    table = commit.table
+    schema = spark.table(table.sql).schema
+    spark.createDataFrame([], schema).writeTo(table.sql).options(**write_options(commit.properties)).append()
+    snapshot = _own_snapshot(spark, commit)
+    if snapshot is None:  # pragma: no cover - Iceberg always commits an append
+        raise RuntimeError(f"table {table}: the commit {commit.commit_id} is not in its snapshots")
+    return snapshot
+
+
+def _counts(
+    spark: SparkSession,
+    spec: WriteSpec,
+    snapshot: SnapshotInfo,
+    kind: Counting,
+    keys: Sequence[str],
+    previous_rows: int,
+    batch: BatchRows | None,
+    aligned: DataFrame | None,
+) -> Counts:
+    summary = snapshot.summary
+    if kind == "keyed" and batch is not None and aligned is not None:
+        if not batch.tombstones and not _int(summary, "added-equality-deletes"):
+            # Every batch row leaves exactly one live row: the live rows it added are inserts.
+            # Live = records - position deletes, whether files were rewritten (copy-on-write)
+            # or deletes written (merge-on-read, where a delete file also absorbs the earlier
+            # deletes of its data file: added minus removed is what this commit deleted).
+            records = _int(summary, "added-records") - _int(summary, "deleted-records")
+            deletes = _int(summary, "added-position-deletes") - _int(summary, "removed-position-deletes")
+            inserted = records - deletes
+            return Counts(inserted=inserted, updated=batch.rows - inserted)
+        return _matched_keys(spark, spec, aligned, batch, snapshot)
+    if kind == "changes" and _int(summary, "added-delete-files"):
+        # merge-on-read (a user's table property): Iceberg's changelog scan can't read delete
+        # files; the summary says how many rows were added and how many marked deleted, but
+        # not which pairs were updates, so an update counts as one delete plus one insert.
+        deleted = _int(summary, "added-position-deletes") + _int(summary, "added-equality-deletes")
+        return Counts(inserted=_int(summary, "added-records"), deleted=deleted)
+    if kind == "changes" and _int(summary, "deleted-data-files") and _int(summary, "added-records"):
+        # Files were rewritten: only the changelog tells rewritten rows from changed ones.
+        # (No file removed: pure inserts; nothing added: every removed row was deleted. Both
+        # are exact from the summary, which saves the changelog job.)
+        return _changed_rows(spark, spec.table, snapshot, keys)
+    if kind == "refresh":
+        return Counts(inserted=_int(summary, "added-records"), deleted=previous_rows)
+    return Counts(inserted=_int(summary, "added-records"), deleted=_int(summary, "deleted-records"))
+
+
+def _matched_keys(
+    spark: SparkSession, spec: WriteSpec, aligned: DataFrame, batch: BatchRows, snapshot: SnapshotInfo
+) -> Counts:
+    """Counts of a keyed MERGE from which batch keys the table held before it: one join of
+    the batch (one row per key) with the key columns of the parent snapshot."""
+    matched_live = matched_dead = 0
+    if snapshot.parent_id is not None:
+        keys = [resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
+        before = (
+            spark.read.option("snapshot-id", str(snapshot.parent_id))
+            .table(spec.table.sql)
+            .select(*(F.col(quote(k)) for k in keys))
+        )
+        dead = _tombstone(aligned)
+        row = (
+            aligned.select(*(F.col(quote(k)) for k in keys), dead.alias("dead"))
+            .join(before, on=keys, how="left_semi")
+            .agg(
+                F.sum((~F.col("dead")).cast("long")).alias("live"),
+                F.sum(F.col("dead").cast("long")).alias("dead"),
+            )
+            .collect()[0]
+        )
+        matched_live, matched_dead = int(row.live or 0), int(row.dead or 0)
+    return Counts(inserted=batch.rows - matched_live, updated=matched_live, deleted=matched_dead)
+
+
+def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, keys: Sequence[str]) -> Counts:
+    """Net inserted/updated/deleted rows of one commit from its changelog (one collect; AQE
+    runs it as a few small jobs over only the files the commit added or removed)."""
+    reader = spark.read.option("end-snapshot-id", str(snapshot.snapshot_id))
+    if snapshot.parent_id is not None:
+        reader = reader.option("start-snapshot-id", str(snapshot.parent_id))
+    changes = reader.table(table.metadata_table("changes"))
+    data = [c for c in changes.columns if c not in ("_change_type", "_change_ordinal", "_commit_snapshot_id")]
+    sign = F.when(F.col("_change_type") == "INSERT", 1).otherwise(-1)
+    row = F.to_json(F.struct(*(F.col(quote(c)) for c in data))).alias("row")
+    key_cols = [F.col(quote(k)).alias(f"k{i}") for i, k in enumerate(keys)]
+    net = changes.groupBy(row, *key_cols).agg(F.sum(sign).alias("n")).where(F.col("n") != 0)
+    added = F.greatest(F.col("n"), F.lit(0))
+    removed = F.greatest(-F.col("n"), F.lit(0))
+    if key_cols:
+        per_key = net.groupBy(*(f"k{i}" for i in range(len(keys)))).agg(
+            F.sum(added).alias("a"), F.sum(removed).alias("r")
+        )
+        updated = F.least(F.col("a"), F.col("r"))
+        totals = per_key.agg(
+            F.sum(F.col("a") - updated).alias("inserted"),
+            F.sum(updated).alias("updated"),
+            F.sum(F.col("r") - updated).alias("deleted"),
+        )
+    else:
+        totals = net.agg(F.sum(added).alias("inserted"), F.lit(0).alias("updated"), F.sum(removed).alias("deleted"))
+    result = totals.collect()[0]
+    return Counts(int(result.inserted or 0), int(result.updated or 0), int(result.deleted or 0))
+
+
+def _tombstone(frame: DataFrame) -> Any:
+    """The prepared batch's hard-delete flag (FALSE when the batch has none)."""
+    return F.col(quote(DELETED)) if DELETED in frame.columns else F.lit(False)
+
+
+def _schema(spark: SparkSession, table: TableRef) -> tuple[tuple[str, str], ...]:
+    schema = spark.table(table.sql).schema
+    return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+
+
+def _int(summary: Mapping[str, str], key: str) -> int:
+    return int(summary.get(key, 0) or 0)
+

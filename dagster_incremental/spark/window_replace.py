@@ -1,0 +1,156 @@
+"""Replace exactly the rows of a window [start, end) of one column, in ONE MERGE whose commit
+carries the cursor (partitioned runs and backfills), whatever the table's layout."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark import errors as spark_errors
+from dagster_incremental.spark.dialect import PendingCommit
+from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.statistics import resolve_column
+from dagster_incremental.spark.write_spec import WindowReplace
+
+# In a window-replace MERGE source: TRUE for a row to insert, FALSE for the one "delete" row.
+WINDOW_OP = "__di_window_insert"
+KEY_DELETE_OP = "__di_key_delete"  # window source rows that delete a key outside the window
+_WINDOW_VIOLATION = "dagster_incremental: a batch row lies outside the window it replaces"
+
+
+def replace_window(
+    spark: SparkSession,
+    commit: PendingCommit,
+    rows: DataFrame | None,
+    table_schema: T.StructType,
+    window: WindowReplace,
+    *,
+    moved_keys: DataFrame | None = None,
+) -> None:
+    """Replace the rows in [start, end) of window.column by `rows`, in ONE MERGE.
+
+    With `moved_keys` (merge tables with a primary key), target rows OUTSIDE the window whose
+    key is among them are deleted too, so a backfill keeps one row per key even when a key's
+    cursor value moved between windows (exactly-once per key). Those source rows only match
+    outside the window, so every target row still matches at most one source row.
+
+    Why not `writeTo().overwrite(condition)`: Iceberg refuses it when a data file holds rows
+    on both sides of the condition ("Cannot delete file where some, but not all, rows match
+    filter"), i.e. whenever the table isn't partitioned by the window. Why not `ON FALSE ...
+    WHEN NOT MATCHED BY SOURCE AND <window> THEN DELETE`: with a NOT MATCHED BY SOURCE clause
+    Spark can't prune the target, so copy-on-write rewrites EVERY data file. Instead the source
+    gets one extra "delete" row that matches every target row in the window (ON NOT s.op AND
+    <window on t>, so each target row matches one source row): the window predicate sits in the
+    ON condition, and Iceberg rewrites only the files that hold rows of the window. An empty
+    batch still clears the window.
+    """
+    column = resolve_column(commit.table, table_schema, window.column)
+    if rows is None:
+        rows = spark.createDataFrame([], table_schema)
+    source = _window_source(spark, rows, table_schema, column, window)
+    in_window, args = _window_bounds(column, window)
+    condition = f"NOT s.{quote(WINDOW_OP)} AND NOT s.{quote(KEY_DELETE_OP)} AND {in_window}"
+    if moved_keys is not None:
+        keys = [resolve_column(commit.table, table_schema, k) for k in commit.spec.primary_key]
+        source = source.unionByName(_key_delete_rows(moved_keys, table_schema, keys))
+        same_key = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+        condition = (
+            f"({condition}) OR (s.{quote(KEY_DELETE_OP)} AND {same_key} "
+            f"AND NOT coalesce({in_window}, FALSE))"
+        )
+    view = f"di_window_{commit.commit_id}"
+    source.createOrReplaceTempView(view)
+    text = _statement(commit, view, condition, table_schema.fieldNames())
+    try:
+        commit.run(spark, lambda: spark.sql(text, args=args))
+    except Exception as exc:
+        if not spark_errors.raised_by_sql(exc, _WINDOW_VIOLATION):
+            raise
+        raise DataShapeError(
+            f"table {commit.table}: the batch has rows whose {column!r} is NULL or outside the "
+            f"window [{window.start}, {window.end}) it replaces; nothing was written. A window "
+            "run may only load rows of its window: filter the rows in the asset."
+        ) from exc
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _statement(commit: PendingCommit, view: str, condition: str, names: list[str]) -> str:
+    """Delete what matches (the window, moved keys), insert the batch rows."""
+    return (
+        f"MERGE INTO {commit.table.sql} AS t USING {quote(view)} AS s ON {condition}\n"
+        "WHEN MATCHED THEN DELETE\n"
+        f"WHEN NOT MATCHED AND s.{quote(WINDOW_OP)} THEN INSERT ({column_list(names)}) "
+        f"VALUES ({column_list(names, 's')})"
+    )
+
+
+def _window_source(
+    spark: SparkSession, rows: DataFrame, table_schema: T.StructType, column: str, window: WindowReplace
+) -> DataFrame:
+    """The rows to insert plus the one "delete" row that matches every target row in the window.
+
+    A batch row outside the window would land outside it and survive every re-run of the window
+    (duplicates). The check rides in the insert flag, which the MERGE evaluates for every source
+    row, so it fails the statement before its commit: no extra Spark job.
+    """
+    delete_row = spark.range(1).select(
+        *(F.lit(None).cast(f.dataType).alias(f.name) for f in table_schema.fields),
+        F.lit(False).alias(WINDOW_OP),
+        F.lit(False).alias(KEY_DELETE_OP),
+    )
+    flag = F.when(_inside(F.col(quote(column)), window), F.lit(True)).otherwise(
+        F.raise_error(F.lit(_WINDOW_VIOLATION)).cast("boolean")
+    )
+    source = rows.select(
+        *(F.col(quote(n)) for n in table_schema.fieldNames()),
+        flag.alias(WINDOW_OP),
+        F.lit(False).alias(KEY_DELETE_OP),
+    )
+    return source.unionByName(delete_row)
+
+
+def _inside(ref: Column, window: WindowReplace) -> Column:
+    inside = F.lit(True)
+    if window.start is not None:
+        inside = inside & (ref >= F.lit(_param(window.start)))
+    if window.end is not None:
+        inside = inside & (ref < F.lit(_param(window.end)))
+    return inside
+
+
+def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, Any]]:
+    """The window on the target as SQL with named parameters: (condition, args)."""
+    target_col = f"t.{quote(column)}"
+    bounds, args = [], {}
+    if window.start is not None:
+        bounds.append(f"{target_col} >= :di_window_start")
+        args["di_window_start"] = _param(window.start)
+    if window.end is not None:
+        bounds.append(f"{target_col} < :di_window_end")
+        args["di_window_end"] = _param(window.end)
+    return " AND ".join(bounds) or "TRUE", args
+
+
+def _key_delete_rows(moved_keys: DataFrame, table_schema: T.StructType, keys: list[str]) -> DataFrame:
+    """Source rows that delete the batch's keys wherever they lie outside the window."""
+    return moved_keys.select(
+        *(
+            (F.col(quote(f.name)) if f.name in keys else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in table_schema.fields
+        ),
+        F.lit(False).alias(WINDOW_OP),
+        F.lit(True).alias(KEY_DELETE_OP),
+    )
+
+
+def _param(value: Any) -> Any:
+    """A window bound as a SQL parameter; a naive datetime means UTC (as in the cursor engine)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value

@@ -1,0 +1,56 @@
+"""Spark and Iceberg failures are recognised by their error class, not by message text."""
+
+from __future__ import annotations
+
+import pytest
+
+from dagster_incremental.spark import errors
+from dagster_incremental.spark.table_ref import TableRef
+
+pytestmark = pytest.mark.spark
+
+
+def caught(fn):
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
+
+
+def test_a_missing_table_is_not_found_by_class(spark):
+    missing = TableRef("lake", ("errors",), "no_such_table")
+    for read in (lambda: spark.table(missing.sql), lambda: spark.sql(f"SELECT * FROM {missing}").collect()):
+        error = caught(read)
+        assert errors.TABLE_NOT_FOUND in errors.error_classes(error)
+        assert errors.is_table_not_found(error)
+        assert not errors.is_table_already_exists(error) and not errors.is_commit_conflict(error)
+
+
+def test_an_existing_table_is_already_there_by_class(spark):
+    table = TableRef("lake", ("errors",), "exists")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.namespace_sql}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {table} (id bigint) USING iceberg")
+    error = caught(lambda: spark.sql(f"CREATE TABLE {table} (id bigint) USING iceberg"))
+    assert errors.is_table_already_exists(error) and not errors.is_table_not_found(error)
+
+
+def test_an_iceberg_conflict_is_a_commit_conflict_by_java_class(spark):
+    table = TableRef("lake", ("errors",), "raced")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.namespace_sql}")
+    spark.sql(f"CREATE OR REPLACE TABLE {table} (id bigint) USING iceberg")
+    iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
+    overwrite = iceberg.newOverwrite()
+    overwrite.conflictDetectionFilter(spark._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue())
+    overwrite.validateNoConflictingData()
+    spark.sql(f"INSERT INTO {table} VALUES (1)")  # another writer lands first
+    error = caught(overwrite.commit)
+    assert "org.apache.iceberg.exceptions.ValidationException" in errors.java_classes(error)
+    assert errors.is_commit_conflict(error)
+
+
+def test_a_statements_own_raise_error_is_recognised(spark):
+    marker = "dagster_incremental: test marker"
+    error = caught(lambda: spark.sql("SELECT raise_error(:m)", args={"m": marker}).collect())
+    assert errors.raised_by_sql(error, marker)
+    assert not errors.raised_by_sql(error, marker + " (another)")
+    assert not errors.raised_by_sql(caught(lambda: spark.table("lake.errors.nope")), marker)
+    assert errors.error_classes(KeyError("x")) == set() and not errors.is_commit_conflict(KeyError("x"))
