@@ -192,14 +192,6 @@ def test_configured_columns_must_be_in_the_batch(spark, kwargs, fields, match):
         prepare_batch(spark, spec, batch(spark, fields, []), run_started_at=T0)
 
 
-def test_bad_strategy_and_dedup_direction(spark):
-    with pytest.raises(IncrementalConfigError, match="unknown merge strategy"):
-        prepare_batch(spark, spec_for("t", "cdc"), batch(spark, KV, []), run_started_at=T0)
-    with pytest.raises(IncrementalConfigError, match="'asc' or 'desc'"):
-        prepare_batch(spark, spec_for("t", primary_key="id", dedup_sort=("v", "up")), batch(spark, KV, []),
-                      run_started_at=T0)
-
-
 # --- pruning and parameters -----------------------------------------------------------------------
 
 
