@@ -172,14 +172,6 @@ def test_null_key_is_rejected_before_anything_is_written(spark, strategy, keys, 
     assert table_rows(spark, spec.table, drop=()) == before
 
 
-def test_upsert_needs_a_primary_key(spark):
-    spec = spec_for(new_table("upsert_nopk"), "upsert", merge_key="day")
-    with pytest.raises(IncrementalConfigError, match="primary_key"):
-        prepare_batch(spark, spec, batch(spark, KV, [(1, "a")]), run_started_at=T0)
-    with pytest.raises(IncrementalConfigError, match="primary_key"):
-        merge_statement(spec, target=spec.table, source_view="v", columns=["id"], run_started_at=T0)
-
-
 @pytest.mark.parametrize(("kwargs", "fields", "match"), [
     ({"primary_key": "nope"}, KV, "primary_key column"),
     ({"primary_key": "id", "hard_delete_column": "gone"}, KV, "hard_delete column"),
