@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.errors import DataShapeError, IncrementalConfigError
+from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge.strategies import merge_statement, prepare_batch
 from merge_helpers import S0, S1, T0, T1, batch, new_table, rows_sorted, run_merge, spec_for, table_rows
 
