@@ -60,18 +60,54 @@ class KeyConversionError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_iso(text: str) -> dt.datetime | None:
-    """An ISO-8601 string as an aware UTC datetime (naive => UTC), or None if it is not ISO."""
+def parse_iso_as_written(text: str) -> dt.date | dt.datetime | None:
+    """An ISO-8601 string in this library's one dialect, or None: a date-only string as a date,
+    anything else as a datetime keeping its offset as written (naive stays naive).
+
+    The dialect is calendar dates `YYYY-MM-DD`, optionally with a time (`T` or a space) and an
+    offset (`Z` or `+HH:MM`). Week dates (`2024-W01-1`), ordinal dates (`2024-001`) and compact
+    forms (`20240101`) are refused everywhere: config, cursors and scd2 timestamps alike.
+    """
     text = text.strip()
     if not _ISO_LIKE.match(text):
         return None
     try:
-        value = dt.datetime.fromisoformat(text.replace("z", "Z"))
+        if _DATE_ONLY.match(text):
+            return dt.date.fromisoformat(text)
+        return dt.datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
         return None
+
+
+def parse_iso(text: str) -> dt.datetime | None:
+    """An ISO-8601 string as an aware UTC datetime (naive => UTC), or None if it is not ISO."""
+    value = parse_iso_as_written(text)
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        value = dt.datetime(value.year, value.month, value.day)
     if value.tzinfo is None:
         return value.replace(tzinfo=dt.timezone.utc)
     return value.astimezone(dt.timezone.utc)
+
+
+_DURATION = re.compile(
+    r"^P(?:(?P<weeks>\d+)W|(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
+    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?)$"
+)
+
+
+def parse_iso_duration(text: str) -> dt.timedelta | None:
+    """An ISO-8601 duration of fixed length (`PT2H`, `P30D`, `P1DT12H`, `P2W`), or None.
+
+    Years and months are refused: their length depends on the date they start from.
+    """
+    text = text.strip().upper()
+    match = _DURATION.match(text)
+    if match is None or text in ("P", "PT") or text.endswith("T"):
+        return None
+    parts = {name: float(value) for name, value in match.groupdict().items() if value is not None}
+    return dt.timedelta(**parts)
 
 
 def is_date_string(text: str) -> bool:

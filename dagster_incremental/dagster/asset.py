@@ -14,7 +14,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
 import dagster as dg
@@ -23,7 +23,9 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.cursor.state import AssetState
-from dagster_incremental.settings.secrets import Redactor, Secrets, SecretsFile, function_arguments
+from dagster_incremental.dagster.masking import Redactor
+from dagster_incremental.settings.schema import WriteDisposition
+from dagster_incremental.settings.secrets import Secrets, SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.staging import stage_batches
@@ -36,14 +38,9 @@ from dagster_incremental.spark.write_spec import (
     WriteSpec,
 )
 
-DISPOSITIONS = ("append", "replace", "merge")
-STRATEGIES = ("delete-insert", "upsert", "scd2")
-SCD2_OPTIONS = (
-    "validity_column_names",
-    "active_record_timestamp",
-    "boundary_timestamp",
-    "row_version_column_name",
-)
+# the decorator arguments that are settings options (checked by the schema, as config.toml's)
+_OPTION_ARGS = ("key_prefix", "group_name", "description", "primary_key", "merge_key", "write_disposition",
+                "columns", "partition_by")
 
 PARTITION_SCHEDULES = {
     "hourly": dg.HourlyPartitionsDefinition,
@@ -92,6 +89,10 @@ class AssetSettings:
     cursor_origins: Mapping[str, str] = field(default_factory=dict)
     # column -> description shown in the table's column schema (hints, else the docstring)
     column_descriptions: Mapping[str, str] = field(default_factory=dict)
+    # how close to now the cursor must be (`freshness`), for the freshness check; None: unchecked
+    freshness: timedelta | None = None
+    # incremental argument -> `step` as given (ISO-8601 duration or a number in lag's units)
+    steps: Mapping[str, str | float] = field(default_factory=dict)
 
     @property
     def window_column(self) -> str | None:
@@ -230,65 +231,53 @@ def incremental_asset(
 
 
 def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **decorator: Any) -> AssetSettings:
-    """Decorator arguments < config.toml < environment (the config loader applies env)."""
+    """Decorator arguments < config.toml < environment, validated by the one settings schema."""
     from dagster_incremental.settings.config import load_config
 
     cfg = load_config(config_path)
     asset_name = decorator.get("name") or func.__name__
     asset_cfg = cfg.asset(asset_name)
-    given = dict(asset_cfg.overrides)
-    where = lambda key=None, arg=None: cfg.where(asset_name, arg, key)  # noqa: E731
-
-    def pick(key: str, default: Any = None) -> Any:
-        return given[key] if key in given else decorator.get(key, default)
-
-    primary = _names(pick("primary_key"), where("primary_key"))
-    merge = _names(pick("merge_key"), where("merge_key"))
-    disposition, strategy, scd2 = _parse_disposition(
-        pick("write_disposition", "append"), where("write_disposition")
-    )
-    hard_delete, dedup_sort = _parse_column_hints(pick("columns") or {}, where("columns"))
-    if disposition == "merge" and strategy == "upsert" and not primary:
-        raise IncrementalConfigError(
-            f"asset {asset_name!r}: the upsert strategy needs a primary key; add "
-            f"primary_key=[...] to @incremental_asset or `primary_key = [...]` in {where('primary_key')}"
-        )
+    options = cfg.resolve_asset(asset_name, {k: v for k, v in decorator.items() if k in _OPTION_ARGS})
+    write = options.write_disposition or WriteDisposition(disposition="append")
     parts_def = decorator.get("partitions_def")
-    if "partitions" in given:
-        parts_def = _partitions_from_config(asset_cfg.partitions)
+    if options.partitions is not None:
+        parts_def = _partitions_from_config(options.partitions)
     if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
         raise IncrementalConfigError(
             f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
             f"(time windows drive backfills), got {type(parts_def).__name__}"
         )
-    prefix = pick("key_prefix")
-    prefix_parts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
+    prefix_parts = options.key_prefix or ()
     secrets = SecretsFile.beside(cfg)
     # Checked now so a stray key fails the code location; the values read here are dropped.
     secret_params = tuple(function_arguments(secrets.load(), asset_name, func, reserved=_reserved_params(func)))
-    cursors = _resolve_cursors(func, asset_name, asset_cfg.incrementals, cfg, secret_params)
+    spec_arguments = {arg: a.spec_arguments() for arg, a in options.arguments.items()}
+    cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
     table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
+    hints = {column: h.given() for column, h in (options.columns or {}).items()}
     return AssetSettings(
         name=asset_name,
         key_prefix=prefix_parts,
-        group_name=pick("group_name"),
-        description=pick("description") or inspect.getdoc(func),
-        primary_key=primary,
-        merge_key=merge,
-        disposition=disposition,
-        strategy=strategy,
-        scd2=scd2,
-        hard_delete_column=hard_delete,
-        dedup_sort=dedup_sort,
-        partition_by=_names(pick("partition_by"), where("partition_by")),
+        group_name=options.group_name,
+        description=options.description or inspect.getdoc(func),
+        primary_key=options.primary_key or (),
+        merge_key=options.merge_key or (),
+        disposition=write.disposition,
+        strategy=write.merge_strategy,
+        scd2=Scd2Options(**write.scd2_options()),
+        hard_delete_column=options.hard_delete_column,
+        dedup_sort=options.dedup_sort,
+        partition_by=options.partition_by or (),
         partitions_def=parts_def,
-        pool=given.get("concurrency_pool"),
+        pool=options.concurrency_pool,
         cursors=cursors,
         table=table,
         secrets=secrets,
         secret_params=secret_params,
         cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
-        column_descriptions=column_descriptions(func, pick("columns") or {}),
+        column_descriptions=column_descriptions(func, hints),
+        freshness=options.freshness,
+        steps={arg: a.step for arg, a in options.arguments.items() if a.step is not None},
     )
 
 
@@ -331,81 +320,6 @@ def _cursor_origins(func, asset_name: str, cursors: Mapping[str, Any], from_conf
         else:
             out[arg] = f"the default incremental(...) of parameter {arg!r} of {func.__name__}()"
     return out
-
-
-def _names(value: Any, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, Sequence) and all(isinstance(v, str) and v for v in value):
-        return tuple(value)
-    raise IncrementalConfigError(f"{where}: expected a column name or a list of column names, got {value!r}")
-
-
-def _parse_disposition(value: Any, where: str) -> tuple[str, str | None, Scd2Options]:
-    if isinstance(value, str):
-        value = {"disposition": value}
-    if not isinstance(value, Mapping):
-        raise IncrementalConfigError(
-            f'{where}: write_disposition must be "append", "replace", "merge" or a table like '
-            f'{{disposition = "merge", strategy = "upsert"}}, got {value!r}'
-        )
-    options = dict(value)
-    disposition = options.pop("disposition", "append")
-    if disposition not in DISPOSITIONS:
-        raise IncrementalConfigError(
-            f"{where}: disposition {disposition!r} is not allowed; use one of {', '.join(map(repr, DISPOSITIONS))}"
-        )
-    strategy = options.pop("strategy", None)
-    if disposition != "merge":
-        if strategy is not None or options:
-            raise IncrementalConfigError(
-                f"{where}: {sorted(['strategy'] * (strategy is not None) + list(options))} only apply to "
-                f'disposition = "merge"'
-            )
-        return disposition, None, Scd2Options()
-    strategy = strategy or "delete-insert"
-    if strategy not in STRATEGIES:
-        raise IncrementalConfigError(
-            f"{where}: strategy {strategy!r} is not allowed; use one of {', '.join(map(repr, STRATEGIES))}"
-        )
-    unknown = set(options) - set(SCD2_OPTIONS)
-    if unknown:
-        raise IncrementalConfigError(f"{where}: unknown write_disposition keys {sorted(unknown)}; allowed: {list(SCD2_OPTIONS)}")
-    if options and strategy != "scd2":
-        raise IncrementalConfigError(f'{where}: {sorted(options)} only apply to strategy = "scd2"')
-    if "validity_column_names" in options:
-        names = options["validity_column_names"]
-        if not (isinstance(names, Sequence) and not isinstance(names, str) and len(names) == 2):
-            raise IncrementalConfigError(f"{where}: validity_column_names must be two column names, got {names!r}")
-        options["validity_column_names"] = tuple(names)
-    return disposition, strategy, Scd2Options(**options)
-
-
-def _parse_column_hints(columns: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, str] | None]:
-    hard_delete: str | None = None
-    dedup_sort: tuple[str, str] | None = None
-    for column, hints in columns.items():
-        if not isinstance(hints, Mapping):
-            raise IncrementalConfigError(f"{where}.{column}: expected a table of hints, got {hints!r}")
-        unknown = set(hints) - {"hard_delete", "dedup_sort", "description"}
-        if unknown:
-            raise IncrementalConfigError(
-                f"{where}.{column}: unknown hints {sorted(unknown)}; allowed: hard_delete, dedup_sort, description"
-            )
-        if hints.get("hard_delete"):
-            if hard_delete is not None:
-                raise IncrementalConfigError(f"{where}: only one hard_delete column is allowed ({hard_delete!r}, {column!r})")
-            hard_delete = column
-        if "dedup_sort" in hints:
-            order = hints["dedup_sort"]
-            if order not in ("asc", "desc"):
-                raise IncrementalConfigError(f'{where}.{column}: dedup_sort must be "asc" or "desc", got {order!r}')
-            if dedup_sort is not None:
-                raise IncrementalConfigError(f"{where}: only one dedup_sort column is allowed")
-            dedup_sort = (column, order)
-    return hard_delete, dedup_sort
 
 
 def _partitions_from_config(partitions) -> dg.TimeWindowPartitionsDefinition:

@@ -20,52 +20,38 @@ default); a missing file means no secrets:
 Environment variables win over the file (values are always strings):
     DAGSTER_INCREMENTAL_SECRETS__ASSETS__<ASSET>__<NAME>[__<KEY>...]
     DAGSTER_INCREMENTAL_SECRETS__SPARK__CONF__<KEY>   (SPARK_HADOOP_FS_S3A_SECRET_KEY ->
-                                                      spark.hadoop.fs.s3a.secret.key, as config.py)
+                                                      spark.hadoop.fs.s3a.secret.key, as config.toml)
 Asset and parameter names match case-insensitively. The prefix deliberately differs from
 config.py's `DAGSTER_INCREMENTAL__`, so config loading never sees these variables.
 
-Errors name the file, section, key and line (or the variable), never a value. Masking matches the
-exact text of each string value (and its URL- and JSON-escaped forms); numbers and booleans are
-not treated as secrets.
+Errors name the file, section, key and line (or the variable), never a value. `values()` lists
+what the run masks (`dagster.masking`): every string value; numbers and booleans are not secrets.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import json
-import logging
 import os
-import re
-import threading
-import traceback
-import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tomli
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX, apply_secrets_environment
+from dagster_incremental.settings.problems import BadValue, Problem, config_error, find_name, kind
+from dagster_incremental.settings.report import Reporter
+from dagster_incremental.settings.schema import NAME_RE
+from dagster_incremental.settings.spark_conf import CONF_SECTION, VALUE_HINT, conf_value, flatten
+from dagster_incremental.settings.toml_source import read_toml_text
 
-from dagster_incremental.settings.config import (
-    _NAME_RE,
-    ProjectConfig,
-    _error,
-    _find_name,
-    _flatten,
-    _kind,
-    _Problem,
-    _Reporter,
-    spark_conf_key_from_env,
-)
-from dagster_incremental.errors import IncrementalConfigError, IncrementalError
+if TYPE_CHECKING:
+    from dagster_incremental.settings.config import ProjectConfig
 
 __all__ = [
     "MASK",
     "SECRETS_ENV_PREFIX",
     "SECRETS_FILE_NAME",
-    "RedactedError",
-    "Redactor",
     "Secrets",
     "SecretsFile",
     "function_arguments",
@@ -74,17 +60,8 @@ __all__ = [
 ]
 
 SECRETS_FILE_NAME = "secrets.toml"
-SECRETS_ENV_PREFIX = "DAGSTER_INCREMENTAL_SECRETS__"
-MASK = "***"
+MASK = "***"  # what repr() and the run's logs show in place of a secret
 _SECTIONS_HINT = "secrets.toml holds [assets.<asset>] and [spark.conf] only"
-
-
-class RedactedError(IncrementalError):
-    """An error whose text held a secret, re-raised with each secret replaced by `***`.
-
-    The original exception is dropped (`from None`) so its secret-bearing text is never
-    serialized; this one keeps its type name and the masked traceback for debugging.
-    """
 
 
 # --------------------------------------------------------------------------- the loaded secrets
@@ -104,7 +81,7 @@ class Secrets:
 
     def asset(self, name: str) -> dict[str, Any]:
         """`[assets.<name>]` (matched case-insensitively) as {key: value}; {} when absent."""
-        found = _find_name(self._assets, name)
+        found = find_name(self._assets, name)
         return _copy(self._assets[found]) if found is not None else {}
 
     def spark_conf(self) -> dict[str, str]:
@@ -119,8 +96,8 @@ class Secrets:
 
     def where(self, asset: str, key: str | None = None) -> str:
         """`config/secrets.toml: [assets.orders] api_token (at line 3)`, or the variable that set it."""
-        section = ("assets", _find_name(self._assets, asset) or asset)
-        return _Reporter(self.display_path, self._lines, self._sources).where(
+        section = ("assets", find_name(self._assets, asset) or asset)
+        return Reporter(self.display_path, self._lines, self._sources).where(
             section, (key,) if key is not None else ())
 
     def __repr__(self) -> str:
@@ -188,144 +165,65 @@ def load_secrets(path: str | os.PathLike[str] | None, *, display: str | None = N
     environ = os.environ if environ is None else environ
     file = Path(path).expanduser().absolute() if path is not None else Path(os.devnull)
     display = display or (os.fspath(path) if path is not None else "(environment)")
-    text, found = "", False
-    if path is None:
-        pass
-    elif file.is_file():
-        try:
-            text, found = file.read_text(encoding="utf-8"), True
-        except UnicodeDecodeError:  # its message quotes a byte of the file
-            raise _error(f"{display}: cannot read the secrets file: it is not UTF-8 text",
-                         path=file) from None
-        except OSError as exc:
-            raise _error(f"{display}: cannot read the secrets file ({exc.strerror})",
-                         path=file) from None
-    elif file.exists():
-        raise _error(f"{display}: is not a file; secrets.toml must be a file beside config.toml",
-                     path=file)
-    try:
-        raw: dict[str, Any] = tomli.loads(text)
-    except tomli.TOMLDecodeError as exc:
-        # Never echo the line (nor tomli's "invalid character 'x'"): it may hold a secret.
-        what = "invalid TOML" if "character" in exc.msg else f"invalid TOML ({exc.msg})"
-        raise _error(f"{display}: {what} at line {exc.lineno}, column {exc.colno}; the line is not "
-                     "shown because it may hold a secret", path=file, line=exc.lineno) from None
-    lines = tuple(text.splitlines())
+    if path is not None and file.exists() and not file.is_file():
+        raise config_error(f"{display}: is not a file; secrets.toml must be a file beside config.toml",
+                           path=file)
+    source = read_toml_text(file, display, "secrets file", quote_errors=False) if path is not None else None
+    raw = source.parse(quote_line=False) if source is not None else {}
+    lines = source.lines if source is not None else ()
     sources: dict[tuple[str, ...], str] = {}
     try:
-        assets, spark = _check(raw)
-        _apply_env(environ, assets, spark, sources)
-    except _Problem as problem:
+        spark, assets = _spark_conf(raw), _assets(raw)
+        apply_secrets_environment(assets, spark, sources, environ)
+    except Problem as problem:
         problem.show_value, problem.value = False, None  # belt and braces: values never shown
-        raise _Reporter(display, lines, sources).error(problem, file) from None
-    return Secrets(file, display, found, assets, spark, sources, lines)
+        raise Reporter(display, lines, sources).error(problem, file) from None
+    return Secrets(file, display, source is not None and source.found, assets, spark, sources, lines)
 
 
-def _check(raw: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def _table(raw: Mapping[str, Any], name: str, section: tuple[str, ...], hint: str) -> Mapping[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, Mapping):
+        raise Problem(section, (name,), None, f"is {kind(value)}", hint, show_value=False)
+    return value
+
+
+def _spark_conf(raw: Mapping[str, Any]) -> dict[str, str]:
+    """[spark.conf] as Spark takes it; [spark] holds nothing else here."""
     for name in raw:
         if name not in ("assets", "spark"):
-            raise _Problem((name,), (), None, "is not a known section", _SECTIONS_HINT,
-                           show_value=False)
-    spark = raw.get("spark", {})
-    if not isinstance(spark, Mapping):
-        raise _Problem((), ("spark",), None, f"is {_kind(spark)}", "use a [spark.conf] table",
-                       show_value=False)
+            raise Problem((name,), (), None, "is not a known section", _SECTIONS_HINT, show_value=False)
+    spark = _table(raw, "spark", (), "use a [spark.conf] table")
     for key in spark:
         if key != "conf":
-            raise _Problem(("spark",), (key,), None, "is not a known key",
-                           "only [spark.conf] holds secrets; other [spark] settings belong in "
-                           "config.toml", show_value=False)
-    conf = spark.get("conf", {})
-    if not isinstance(conf, Mapping):
-        raise _Problem(("spark",), ("conf",), None, f"is {_kind(conf)}",
-                       'use a table: [spark.conf] "spark.x.y" = "..."', show_value=False)
-    spark_conf: dict[str, str] = {}
-    for name, item in _flatten(conf).items():
-        if isinstance(item, bool):
-            spark_conf[name] = "true" if item else "false"
-        elif isinstance(item, (str, int, float)):
-            spark_conf[name] = str(item)
-        else:
-            raise _Problem(("spark", "conf"), (name,), None, f"is {_kind(item)}",
-                           "Spark settings are strings, numbers or booleans", show_value=False)
-    assets_raw = raw.get("assets", {})
-    if not isinstance(assets_raw, Mapping):
-        raise _Problem((), ("assets",), None, f"is {_kind(assets_raw)}",
-                       "use one table per asset: [assets.<asset>]", show_value=False)
+            raise Problem(("spark",), (key,), None, "is not a known key", "only [spark.conf] holds secrets; "
+                          "other [spark] settings belong in config.toml", show_value=False)
+    conf = _table(spark, "conf", ("spark",), 'use a table: [spark.conf] "spark.x.y" = "..."')
+    out: dict[str, str] = {}
+    for name, item in flatten(conf).items():
+        try:
+            out[name] = conf_value(item)
+        except BadValue:
+            raise Problem(CONF_SECTION, (name,), None, f"is {kind(item)}", VALUE_HINT, show_value=False) from None
+    return out
+
+
+def _assets(raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """[assets.<asset>] tables of parameter names."""
     assets: dict[str, dict[str, Any]] = {}
-    for asset, table in assets_raw.items():
+    for asset, table in _table(raw, "assets", (), "use one table per asset: [assets.<asset>]").items():
         if not isinstance(table, Mapping):
-            raise _Problem(("assets",), (asset,), None, f"is {_kind(table)}",
-                           "put secrets in the asset's table: [assets.<asset>] name = \"...\"",
-                           show_value=False)
-        if not _NAME_RE.fullmatch(asset):
-            raise _Problem(("assets", asset), (), None, "is not a valid asset name",
-                           "asset names use letters, digits and _ only", show_value=False)
+            raise Problem(("assets",), (asset,), None, f"is {kind(table)}",
+                          "put secrets in the asset's table: [assets.<asset>] name = \"...\"", show_value=False)
+        if not NAME_RE.fullmatch(asset):
+            raise Problem(("assets", asset), (), None, "is not a valid asset name",
+                          "asset names use letters, digits and _ only", show_value=False)
         for key in table:
             if not key.isidentifier():
-                raise _Problem(("assets", asset), (key,), None, "is not a valid parameter name",
-                               "each key names a parameter of the asset function",
-                               show_value=False)
+                raise Problem(("assets", asset), (key,), None, "is not a valid parameter name",
+                              "each key names a parameter of the asset function", show_value=False)
         assets[asset] = dict(table)
-    return assets, spark_conf
-
-
-def _apply_env(environ: Mapping[str, str], assets: dict[str, dict[str, Any]],
-               spark_conf: dict[str, str], sources: dict[tuple[str, ...], str]) -> None:
-    """Apply the variables, least specific first, so `...__DB__PASSWORD` patches `...__DB`."""
-    found = []
-    for var, text in environ.items():
-        if var.upper().startswith(SECRETS_ENV_PREFIX):
-            parts = var[len(SECRETS_ENV_PREFIX):].split("__")
-            found.append((len(parts), var, parts, text))
-    for _, var, parts, text in sorted(found):
-        if not all(parts):
-            raise _Problem((), (), None, "is not a valid name",
-                           "separate levels with exactly two underscores, e.g. "
-                           f"{SECRETS_ENV_PREFIX}ASSETS__ORDERS__API_TOKEN", show_value=False, env=var)
-        head, rest = parts[0].lower(), parts[1:]
-        if head == "spark" and len(rest) == 2 and rest[0].lower() == "conf":
-            key = spark_conf_key_from_env(
-                rest[1], spark_conf, var=var,
-                other_way="put the key in secrets.toml's [spark.conf] (the variable then overrides it)")
-            spark_conf[key] = text
-            sources[("spark", "conf", key)] = var
-        elif head == "assets" and len(rest) >= 2:
-            asset = _spelled(assets, rest[0], ("assets",), var)
-            node = assets.setdefault(asset, {})
-            path: tuple[str, ...] = ("assets", asset)
-            for depth, part in enumerate(rest[1:]):
-                name = _spelled(node, part, path, var)
-                path += (name,)
-                if depth == len(rest) - 2:
-                    node[name] = text
-                    break
-                child = node.setdefault(name, {})
-                if not isinstance(child, dict):
-                    raise _Problem(path[:-1], (name,), None,
-                                   f"is {_kind(child)}, so {var} cannot set a key inside it",
-                                   "make it a table or drop the environment variable",
-                                   show_value=False)
-                node = child
-            for stale in [p for p in sources if p[: len(path)] == path]:
-                del sources[stale]
-            sources[path] = var
-        else:
-            raise _Problem((), (), None, "names no secret",
-                           f"use {SECRETS_ENV_PREFIX}ASSETS__<ASSET>__<NAME> or "
-                           f"{SECRETS_ENV_PREFIX}SPARK__CONF__<KEY>", show_value=False, env=var)
-
-
-def _spelled(table: Mapping[str, Any], name: str, section: tuple[str, ...], var: str) -> str:
-    """The file's spelling of `name` (case-insensitive); a name the file lacks is lower-cased."""
-    if name in table:
-        return name
-    matches = [k for k in table if k.lower() == name.lower()]
-    if len(matches) > 1:
-        raise _Problem(section, (name,), None,
-                       f"matches several names of the file ({', '.join(matches)})",
-                       "rename one of them", show_value=False, env=var)
-    return matches[0] if matches else name.lower()
+    return assets
 
 
 # --------------------------------------------------------------------------- using them
@@ -348,7 +246,7 @@ def function_arguments(secrets: Secrets, asset: str, func: Callable[..., Any], *
                     for p in inspect.signature(func).parameters.values())
     out: dict[str, Any] = {}
     for key, value in secrets.asset(asset).items():
-        name = _find_name(params, key)
+        name = find_name(params, key)
         if name is None and takes_any and key not in reserved:
             name = key
         if name is None:
@@ -382,126 +280,3 @@ def with_secret_spark_conf(conf: Mapping[str, str], secrets_path: str | os.PathL
     Without a file (`secrets_path` None) the environment variables alone still apply.
     """
     return {**conf, **load_secrets(secrets_path, environ=environ).spark_conf()}
-
-
-# --------------------------------------------------------------------------- masking
-
-
-class Redactor:
-    """Replaces secret values by `***` in text, exceptions and log records."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for value in values:
-            if isinstance(value, str) and value:
-                forms.update({value, urllib.parse.quote(value, safe=""),
-                              urllib.parse.quote_plus(value), json.dumps(value)[1:-1],
-                              repr(value)[1:-1]})
-        forms.discard("")
-        # Longest first, so a secret that contains another one is masked whole.
-        ordered = sorted(forms, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
-
-    def __bool__(self) -> bool:
-        return self._pattern is not None
-
-    def redact(self, text: str) -> str:
-        return self._pattern.sub(MASK, text) if self._pattern is not None else text
-
-    def found_in(self, text: str) -> bool:
-        return self._pattern is not None and self._pattern.search(text) is not None
-
-    def leaks(self, exc: BaseException) -> bool:
-        """Does the exception's message, cause/context chain or traceback hold a secret?"""
-        return self._pattern is not None and self.found_in(_format(exc))
-
-    def describe(self, exc: BaseException) -> str:
-        """`Type: message` and the whole traceback (with chain), secrets masked."""
-        last = traceback.format_exception_only(type(exc), exc)
-        return (self.redact("".join(last).strip()) + "\n\nTraceback (secret values replaced by "
-                f"{MASK}):\n" + self.redact(_format(exc)))
-
-    def checked(self, exc: BaseException, prefix: str = "") -> BaseException | None:
-        """A RedactedError to raise `from None` in place of `exc` when it leaks, else None."""
-        if not self.leaks(exc):
-            return None
-        return RedactedError(prefix + self.describe(exc))
-
-    def mask_record(self, record: logging.LogRecord) -> None:
-        """Rewrite a log record in place: message (and an attached exception) masked."""
-        if self._pattern is None:
-            return
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed %-format: leave it to logging's own error handling
-            return
-        if self.found_in(message):
-            record.msg, record.args = self.redact(message), ()
-        exc = record.exc_info[1] if isinstance(record.exc_info, tuple) else None
-        if exc is not None and self.leaks(exc):
-            record.msg = f"{record.msg}\n{self.describe(exc)}"
-            record.args, record.exc_info, record.exc_text = (), None, None
-
-    @contextlib.contextmanager
-    def masking_logs(self, *loggers: logging.Logger) -> Iterator[None]:
-        """While inside, log records have secrets masked before any handler (the event log) sees them.
-
-        Two layers: a filter on `loggers` (e.g. `context.log`), which nothing can bypass, and a
-        process-wide log record factory, which also covers `get_dagster_logger()` and the Python
-        loggers Dagster captures (records made in other threads meanwhile are masked too).
-        """
-        if not self:
-            yield
-            return
-        filt = _MaskingFilter(self)
-        for logger in loggers:
-            logger.addFilter(filt)
-        _install_record_factory()
-        with _ACTIVE_LOCK:
-            _ACTIVE.append(self)
-        try:
-            yield
-        finally:
-            with _ACTIVE_LOCK:
-                _ACTIVE.remove(self)
-            for logger in loggers:
-                logger.removeFilter(filt)
-
-
-def _format(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-
-
-class _MaskingFilter(logging.Filter):
-    """A logger filter that rewrites the record before any handler (Dagster's event log) sees it."""
-
-    def __init__(self, redactor: Redactor) -> None:
-        super().__init__()
-        self.redactor = redactor
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.redactor.mask_record(record)
-        return True
-
-
-_ACTIVE: list[Redactor] = []  # redactors of the runs in progress in this process
-_ACTIVE_LOCK = threading.Lock()
-_FACTORY: list[Callable[..., logging.LogRecord]] = []  # ours, once installed
-
-
-def _install_record_factory() -> None:
-    """Chain a masking factory in front of the current one, once per process (never removed:
-    with no run in progress it only passes records through)."""
-    with _ACTIVE_LOCK:
-        if _FACTORY:
-            return
-        previous = logging.getLogRecordFactory()
-
-        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-            record = previous(*args, **kwargs)
-            for redactor in tuple(_ACTIVE):
-                redactor.mask_record(record)
-            return record
-
-        logging.setLogRecordFactory(factory)
-        _FACTORY.append(factory)

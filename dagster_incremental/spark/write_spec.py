@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dagster_incremental.settings.vocabulary import Disposition, MergeStrategy, SortOrder
 from dagster_incremental.spark.table_ref import TableRef
 
-Disposition = Literal["append", "replace", "merge"]
-MergeStrategy = Literal["delete-insert", "upsert", "scd2"]
 TableFormat = Literal["iceberg", "delta"]
 
 STATE_PROPERTY = "dagster_incremental.state"
@@ -40,7 +39,7 @@ class WriteSpec:
     primary_key: tuple[str, ...] = ()
     merge_key: tuple[str, ...] = ()
     hard_delete_column: str | None = None
-    dedup_sort: tuple[str, Literal["asc", "desc"]] | None = None
+    dedup_sort: tuple[str, SortOrder] | None = None
     cursor_column: str | None = None  # newest cursor wins in dedup when no dedup_sort
     partition_by: tuple[str, ...] = ()
     scd2: Scd2Options = field(default_factory=Scd2Options)

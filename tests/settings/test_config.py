@@ -170,7 +170,7 @@ def test_partitions_start_accepts_iso_strings_and_defaults(tmp_path):
         partitions = { schedule = "monthly", start = "2024-01-01T00:00:00Z" }
     """)
     a, b = cfg.asset("a").partitions, cfg.asset("b").partitions
-    assert a == PartitionsConfig("daily", date(2024, 1, 1), 0, "UTC")
+    assert a == PartitionsConfig(schedule="daily", start=date(2024, 1, 1), end_offset=0, timezone="UTC")
     assert a.start_datetime == datetime(2024, 1, 1)
     assert b.start == datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -227,7 +227,7 @@ def test_the_example_config_loads_cleanly():
     daily = cfg.asset("daily_events")
     assert daily.get("partitions") == {"schedule": "daily", "start": date(2024, 1, 1), "end_offset": 1,
                                        "timezone": "UTC"}
-    assert daily.partitions == PartitionsConfig("daily", date(2024, 1, 1), 1, "UTC")
+    assert daily.partitions == PartitionsConfig(schedule="daily", start=date(2024, 1, 1), end_offset=1, timezone="UTC")
     assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time", "lag": 86400}
 
 

@@ -28,13 +28,8 @@ from dagster_incremental import (
     incremental_asset,
     load_config,
 )
-from dagster_incremental.settings.secrets import (
-    MASK,
-    RedactedError,
-    Redactor,
-    load_secrets,
-    with_secret_spark_conf,
-)
+from dagster_incremental.dagster.masking import MASK, RedactedError, Redactor
+from dagster_incremental.settings.secrets import load_secrets, with_secret_spark_conf
 from definitions.sources import events_api
 
 ENV = "DAGSTER_INCREMENTAL_SECRETS__"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.errors import DataShapeError, IncrementalConfigError
+from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge import merge_statement, prepare_batch
 from merge_helpers import S0, S1, T0, T1, batch, new_table, rows_sorted, run_merge, spec_for, table_rows
 
@@ -172,14 +172,6 @@ def test_null_key_is_rejected_before_anything_is_written(spark, strategy, keys, 
     assert table_rows(spark, spec.table, drop=()) == before
 
 
-def test_upsert_needs_a_primary_key(spark):
-    spec = spec_for(new_table("upsert_nopk"), "upsert", merge_key="day")
-    with pytest.raises(IncrementalConfigError, match="primary_key"):
-        prepare_batch(spec, batch(spark, KV, [(1, "a")]), run_started_at=T0)
-    with pytest.raises(IncrementalConfigError, match="primary_key"):
-        merge_statement(spec, target=spec.table, source_view="v", columns=["id"], run_started_at=T0)
-
-
 @pytest.mark.parametrize(("kwargs", "fields", "match"), [
     ({"primary_key": "nope"}, KV, "primary_key column"),
     ({"primary_key": "id", "hard_delete_column": "gone"}, KV, "hard_delete column"),
@@ -190,14 +182,6 @@ def test_configured_columns_must_be_in_the_batch(spark, kwargs, fields, match):
     spec = spec_for(new_table("cols"), **kwargs)
     with pytest.raises(DataShapeError, match=match):
         prepare_batch(spec, batch(spark, fields, []), run_started_at=T0)
-
-
-def test_bad_strategy_and_dedup_direction(spark):
-    with pytest.raises(IncrementalConfigError, match="unknown merge strategy"):
-        prepare_batch(spec_for("t", "cdc"), batch(spark, KV, []), run_started_at=T0)
-    with pytest.raises(IncrementalConfigError, match="'asc' or 'desc'"):
-        prepare_batch(spec_for("t", primary_key="id", dedup_sort=("v", "up")), batch(spark, KV, []),
-                      run_started_at=T0)
 
 
 # --- pruning and parameters -----------------------------------------------------------------------

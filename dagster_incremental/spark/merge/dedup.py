@@ -13,12 +13,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
+from dagster_incremental.settings.vocabulary import DEFAULT_STRATEGY, MergeStrategy
 from dagster_incremental.spark.merge.sql import DELETED, HELPER_PREFIX, SURVIVOR
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.write_spec import WriteSpec
 
 SEQ = "__di_seq"  # arrival order, taken before any shuffle: "the last row seen wins"
-STRATEGIES = ("delete-insert", "upsert", "scd2")
 _SAMPLE_CHARS = 500
 
 
@@ -27,29 +27,18 @@ def c(name: str) -> Column:
     return F.col(quote(name))
 
 
-def resolve_strategy(spec: WriteSpec) -> str:
-    """The merge strategy of `spec` (dlt's default: delete-insert); errors for non-merge specs."""
+def resolve_strategy(spec: WriteSpec) -> MergeStrategy:
+    """The merge strategy of `spec` (dlt's default: delete-insert); errors for non-merge specs.
+
+    The settings themselves (a known strategy, upsert with a primary key, dedup_sort's
+    direction) were checked when the asset's settings were resolved.
+    """
     if spec.disposition != "merge":
         raise IncrementalConfigError(
             f"{spec.table}: merge strategies apply to write_disposition='merge', "
             f"not {spec.disposition!r}; append and replace are written without a MERGE."
         )
-    strategy = spec.strategy or "delete-insert"
-    if strategy not in STRATEGIES:
-        raise IncrementalConfigError(
-            f"{spec.table}: unknown merge strategy {strategy!r}; use one of {', '.join(STRATEGIES)}."
-        )
-    if strategy == "upsert" and not spec.primary_key:
-        raise IncrementalConfigError(
-            f"{spec.table}: the 'upsert' merge strategy needs a primary_key (the key a batch row "
-            "updates); set primary_key=... on the asset, or use strategy 'delete-insert'."
-        )
-    if spec.dedup_sort is not None and spec.dedup_sort[1] not in ("asc", "desc"):
-        raise IncrementalConfigError(
-            f"{spec.table}: dedup_sort direction for column {spec.dedup_sort[0]!r} must be 'asc' or "
-            f"'desc', got {spec.dedup_sort[1]!r}."
-        )
-    return strategy
+    return spec.strategy or DEFAULT_STRATEGY
 
 
 def require_columns(spec: WriteSpec, batch: DataFrame, roles: dict[str, Sequence[str]]) -> None:

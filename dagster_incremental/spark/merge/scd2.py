@@ -31,6 +31,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from dagster_incremental.cursor.values import parse_iso
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.merge.dedup import c
 from dagster_incremental.spark.merge.prepare import BatchRules, prepare_batch
@@ -75,13 +76,13 @@ def entity_key(spec: WriteSpec) -> list[str]:
 def as_utc(value: Any, what: str) -> datetime:
     """A timestamp setting as an aware UTC datetime (naive means UTC; a date means its midnight)."""
     if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
+        parsed = parse_iso(value)  # the cursor engine's dialect, as config.toml is read
+        if parsed is None:
             raise IncrementalConfigError(
                 f"scd2 {what} {value!r} is not an ISO-8601 date or timestamp, e.g. '9999-12-31' "
                 "or '2024-01-01T00:00:00Z'."
-            ) from None
+            )
+        value = parsed
     if isinstance(value, date) and not isinstance(value, datetime):
         value = datetime.combine(value, time())
     if not isinstance(value, datetime):

@@ -1,0 +1,159 @@
+"""The one settings schema: decorator arguments and config.toml checked alike, the new keys
+(freshness, step), one ISO-8601 dialect shared with the cursor engine. No Spark, no Dagster run."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from dagster_incremental.cursor import values as cv
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.settings import vocabulary
+from dagster_incremental.settings.config import ProjectConfig, load_config
+
+E = "DAGSTER_INCREMENTAL__"
+
+
+def load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> ProjectConfig:
+    path = tmp_path / "config" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return load_config(path, environ=env or {})
+
+
+def error(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(IncrementalConfigError) as info:
+        load(tmp_path, text, env)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- decorator arguments
+
+
+@pytest.mark.parametrize(("decorator", "expected"), [
+    ({"write_disposition": {"disposition": "merge", "strategy": "cdc"}},
+     "@incremental_asset of asset 'orders': write_disposition.strategy='cdc' is not allowed; use one of "
+     '"delete-insert", "upsert", "scd2"'),
+    ({"columns": {"seq": {"dedup_sort": "up"}}},
+     "@incremental_asset of asset 'orders': columns.seq.dedup_sort='up' is not allowed; use one of \"asc\", \"desc\""),
+    ({"primary_key": 5}, "@incremental_asset of asset 'orders': primary_key=5 is an integer; use a column name"),
+    ({"write_disposition": "upsert"}, "@incremental_asset of asset 'orders': write_disposition='upsert' is not "
+                                      'allowed; use "append", "replace" or "merge"'),
+])
+def test_decorator_arguments_are_checked_by_the_config_schema(tmp_path, decorator, expected):
+    cfg = load(tmp_path, "")
+    with pytest.raises(IncrementalConfigError) as info:
+        cfg.resolve_asset("orders", decorator)
+    assert str(info.value).startswith(expected), str(info.value)
+
+
+def test_config_wins_over_the_decorator_and_upsert_needs_a_key_from_either(tmp_path):
+    cfg = load(tmp_path, '[assets.orders]\nwrite_disposition = { disposition = "merge", strategy = "upsert" }\n')
+    options = cfg.resolve_asset("orders", {"write_disposition": "append", "primary_key": "id", "group_name": None})
+    assert (options.write_disposition.merge_strategy, options.primary_key) == ("upsert", ("id",))
+    assert "group_name" not in options.model_fields_set  # None means: not given
+    with pytest.raises(IncrementalConfigError) as info:
+        cfg.resolve_asset("orders", {"write_disposition": "append"})
+    message = str(info.value)
+    assert message.startswith("asset 'orders': primary_key is not set; the upsert strategy needs a primary key")
+    assert "[assets.orders] primary_key" in message
+
+
+def test_the_strategy_vocabulary_is_the_settings_one():
+    from dagster_incremental.spark import write_spec
+    from dagster_incremental.spark.merge import dedup
+
+    assert write_spec.MergeStrategy is vocabulary.MergeStrategy
+    assert get_args(write_spec.Disposition) == vocabulary.DISPOSITIONS == ("append", "replace", "merge")
+    assert vocabulary.STRATEGIES == ("delete-insert", "upsert", "scd2")
+    assert not hasattr(dedup, "STRATEGIES")
+
+
+# --------------------------------------------------------------------------- one ISO-8601 dialect
+
+
+@pytest.mark.parametrize("text", [
+    "2024-01-01", "2024-01-01T10:00:00Z", "2024-01-01 10:00", "2024-01-01T10:00:00+02:00",
+    "2024-W01-1", "2024-001", "20240101", "2024-13-01", "2024", "soon",
+])
+def test_config_and_cursor_engine_accept_the_same_iso_strings(tmp_path, text):
+    engine_accepts = cv.parse_iso(text) is not None
+    toml = f'[assets.a]\npartitions = {{ schedule = "daily", start = "{text}" }}\n[assets.a.ts]\nend_value = "{text}"\n'
+    try:
+        cfg = load(tmp_path, toml)
+    except IncrementalConfigError as exc:
+        assert not engine_accepts, str(exc)
+        assert "is not an ISO-8601 date or datetime" in str(exc)
+    else:
+        assert engine_accepts
+        assert cfg.asset("a").partitions.start is not None
+
+
+def test_scd2_timestamps_use_the_same_dialect():
+    pytest.importorskip("pyspark")
+    from dagster_incremental.spark.merge.scd2 import as_utc
+
+    assert as_utc("2024-01-01", "boundary_timestamp") == cv.parse_iso("2024-01-01")
+    with pytest.raises(IncrementalConfigError, match="is not an ISO-8601 date or timestamp"):
+        as_utc("2024-W01-1", "boundary_timestamp")
+
+
+# --------------------------------------------------------------------------- freshness and step
+
+
+def test_freshness_and_step_are_parsed_and_exposed(tmp_path):
+    cfg = load(tmp_path, """
+        [assets.orders]
+        freshness = "PT2H"
+        [assets.orders.updated_at]
+        lag = 60
+        step = "P30D"
+        [assets.orders.seq]
+        step = 1000
+        [assets.daily]
+        freshness = 90
+    """)
+    orders = cfg.asset("orders")
+    assert orders.freshness == timedelta(hours=2) and orders.get("freshness") == timedelta(hours=2)
+    assert dict(orders.incremental("updated_at")) == {"lag": 60, "step": "P30D"}  # as given, beside lag
+    assert orders.incremental("seq")["step"] == 1000
+    assert cfg.asset("daily").freshness == timedelta(seconds=90)
+    assert cfg.asset("other").freshness is None
+
+
+def test_freshness_and_step_from_the_environment(tmp_path):
+    cfg = load(tmp_path, "[assets.orders.updated_at]\nlag = 1\n",
+               {f"{E}ASSETS__ORDERS__FRESHNESS": "PT15M", f"{E}ASSETS__ORDERS__UPDATED_AT__STEP": "3600"})
+    assert cfg.asset("orders").freshness == timedelta(minutes=15)
+    assert cfg.asset("orders").incremental("updated_at")["step"] == 3600
+
+
+@pytest.mark.parametrize(("toml", "expected"), [
+    ('[assets.orders]\nfreshness = "2h"\n',
+     '[assets.orders] freshness = "2h" is not an ISO-8601 duration; use an ISO-8601 duration such as "PT2H" '
+     "or a number of seconds > 0 (at line 2)"),
+    ("[assets.orders]\nfreshness = 0\n", "[assets.orders] freshness = 0 is not allowed; use an ISO-8601 duration"),
+    ("[assets.orders]\nfreshness = true\n", "[assets.orders] freshness = true is a boolean"),
+    ('[assets.orders.updated_at]\nstep = "P1M"\n',
+     '[assets.orders.updated_at] step = "P1M" is not an ISO-8601 duration; use an ISO-8601 duration such as '
+     "\"P30D\" or a number > 0 in lag's units (at line 2)"),
+    ("[assets.orders.updated_at]\nstep = -1\n", "[assets.orders.updated_at] step = -1 is not allowed"),
+    ("[assets.orders.updated_at]\nstep = [1]\n", "[assets.orders.updated_at] step = [1] is an array"),
+])
+def test_freshness_and_step_errors_are_located(tmp_path, toml, expected):
+    message = error(tmp_path, toml)
+    assert message.startswith(f"{tmp_path / 'config' / 'config.toml'}: {expected}"), message
+
+
+def test_freshness_and_step_env_errors_name_the_variable(tmp_path):
+    var = f"{E}ASSETS__ORDERS__UPDATED_AT__STEP"
+    message = error(tmp_path, "[assets.orders.updated_at]\nlag = 1\n", {var: "soon"})
+    assert f'[assets.orders.updated_at] step = "soon" (from environment variable {var}) is not an ISO-8601 ' \
+           "duration" in message
+    var = f"{E}ASSETS__ORDERS__FRESHNESS"
+    message = error(tmp_path, "", {var: "-5"})
+    assert f"[assets.orders] freshness = -5 (from environment variable {var}) is not allowed" in message
