@@ -14,11 +14,12 @@ import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
 import dagster as dg
 
+from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.cursor.incremental import Incremental, IncrementalSpec, incremental
@@ -92,6 +93,9 @@ class AssetSettings:
     cursor_origins: Mapping[str, str] = field(default_factory=dict)
     # column -> description shown in the table's column schema (hints, else the docstring)
     column_descriptions: Mapping[str, str] = field(default_factory=dict)
+    # asset checks (checks.py): cursor_fresh's limit, and how a failed check shows
+    freshness: timedelta | None = None
+    check_severity: str = "WARN"
 
     @property
     def window_column(self) -> str | None:
@@ -159,6 +163,8 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str = "WARN",
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]: ...
 
@@ -178,6 +184,8 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str = "WARN",
     **asset_kwargs: Any,
 ) -> dg.AssetsDefinition | Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Declare a resource function as an incremental Dagster asset.
@@ -191,6 +199,8 @@ def incremental_asset(
     (`[assets.<name>] api_token = "..."` -> `api_token: str | None = None`), read inside each run;
     log lines and errors of the run show `***` in place of their values (see secrets.py).
 
+    `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
+    cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
     Examples:
@@ -208,18 +218,10 @@ def incremental_asset(
 
     def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
         settings = resolve_settings(
-            func,
-            name=name,
-            key_prefix=key_prefix,
-            group_name=group_name,
-            description=description,
-            primary_key=primary_key,
-            merge_key=merge_key,
-            write_disposition=write_disposition,
-            columns=columns,
-            partitions_def=partitions_def,
-            partition_by=partition_by,
-            config_path=config_path,
+            func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
+            primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
+            columns=columns, partitions_def=partitions_def, partition_by=partition_by,
+            config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
         return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
@@ -253,14 +255,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
             f"asset {asset_name!r}: the upsert strategy needs a primary key; add "
             f"primary_key=[...] to @incremental_asset or `primary_key = [...]` in {where('primary_key')}"
         )
-    parts_def = decorator.get("partitions_def")
-    if "partitions" in given:
-        parts_def = _partitions_from_config(asset_cfg.partitions)
-    if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
-        raise IncrementalConfigError(
-            f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
-            f"(time windows drive backfills), got {type(parts_def).__name__}"
-        )
+    parts_def = _partitions_def(asset_name, decorator.get("partitions_def"), asset_cfg, given)
     prefix = pick("key_prefix")
     prefix_parts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
     secrets = SecretsFile.beside(cfg)
@@ -289,6 +284,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         secret_params=secret_params,
         cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
         column_descriptions=column_descriptions(func, pick("columns") or {}),
+        freshness=checks.freshness_setting(pick("freshness"), asset_name, cursors),
+        check_severity=checks.severity_setting(pick("check_severity", "WARN"), asset_name),
     )
 
 
@@ -406,6 +403,17 @@ def _parse_column_hints(columns: Mapping[str, Any], where: str) -> tuple[str | N
                 raise IncrementalConfigError(f"{where}: only one dedup_sort column is allowed")
             dedup_sort = (column, order)
     return hard_delete, dedup_sort
+
+
+def _partitions_def(asset_name: str, given_def: Any, asset_cfg, given: Mapping[str, Any]):
+    """config.toml's `partitions` wins over the decorator's; only time windows drive backfills."""
+    parts_def = _partitions_from_config(asset_cfg.partitions) if "partitions" in given else given_def
+    if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
+        raise IncrementalConfigError(
+            f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
+            f"(time windows drive backfills), got {type(parts_def).__name__}"
+        )
+    return parts_def
 
 
 def _partitions_from_config(partitions) -> dg.TimeWindowPartitionsDefinition:
@@ -533,9 +541,11 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
     kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
     kwargs.setdefault("kinds", {"spark", "iceberg"})
+    if checks.check_specs(settings):
+        kwargs["check_specs"] = [*kwargs.get("check_specs", ()), *checks.check_specs(settings)]
 
     def compute(context: dg.AssetExecutionContext, config: IncrementalRunConfig):
-        return runner.run(context, config)
+        yield from runner.run(context, config)
 
     compute.__name__ = settings.name
     compute.dagster_incremental_settings = settings  # read back by incremental_settings()
@@ -613,7 +623,12 @@ class _Runner:
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
         with redactor.masking_logs(context.log):
-            return self._run(context, config, secret_kwargs, redactor)
+            output, state = self._run(context, config, secret_kwargs, redactor)
+        # The IO manager stores the output before this generator resumes: the checks see the
+        # table as this run committed it.
+        yield output
+        io = getattr(context.resources, self.io_manager_key)
+        yield from checks.evaluate_checks(context, io, self.settings, output.value, state)
 
     def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
         started = datetime.now(timezone.utc)
@@ -670,8 +685,8 @@ class _Runner:
                 context.add_asset_metadata(
                     {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
                 )
-            return dg.Output(batch)
-        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)})
+            return dg.Output(batch), state
+        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)}), state
 
     # -- planning --------------------------------------------------------------------------------
 
