@@ -19,6 +19,7 @@ from typing import Any, overload
 
 import dagster as dg
 
+from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
@@ -40,7 +41,7 @@ from dagster_incremental.spark.write_spec import (
 
 # the decorator arguments that are settings options (checked by the schema, as config.toml's)
 _OPTION_ARGS = ("key_prefix", "group_name", "description", "primary_key", "merge_key", "write_disposition",
-                "columns", "partition_by")
+                "columns", "partition_by", "freshness", "check_severity")
 
 PARTITION_SCHEDULES = {
     "hourly": dg.HourlyPartitionsDefinition,
@@ -89,8 +90,10 @@ class AssetSettings:
     cursor_origins: Mapping[str, str] = field(default_factory=dict)
     # column -> description shown in the table's column schema (hints, else the docstring)
     column_descriptions: Mapping[str, str] = field(default_factory=dict)
-    # how close to now the cursor must be (`freshness`), for the freshness check; None: unchecked
+    # the cursor must be within this of now (the cursor_fresh check); None: no such check
     freshness: timedelta | None = None
+    # how a failed asset check shows in the UI
+    check_severity: str = "WARN"
     # incremental argument -> `step` as given (ISO-8601 duration or a number in lag's units)
     steps: Mapping[str, str | float] = field(default_factory=dict)
 
@@ -160,6 +163,8 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str = "WARN",
     **asset_kwargs: Any,
 ) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]: ...
 
@@ -179,6 +184,8 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str = "WARN",
     **asset_kwargs: Any,
 ) -> dg.AssetsDefinition | Callable[[Callable[..., Any]], dg.AssetsDefinition]:
     """Declare a resource function as an incremental Dagster asset.
@@ -192,6 +199,8 @@ def incremental_asset(
     (`[assets.<name>] api_token = "..."` -> `api_token: str | None = None`), read inside each run;
     log lines and errors of the run show `***` in place of their values (see secrets.py).
 
+    `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
+    cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
     Examples:
@@ -209,18 +218,10 @@ def incremental_asset(
 
     def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
         settings = resolve_settings(
-            func,
-            name=name,
-            key_prefix=key_prefix,
-            group_name=group_name,
-            description=description,
-            primary_key=primary_key,
-            merge_key=merge_key,
-            write_disposition=write_disposition,
-            columns=columns,
-            partitions_def=partitions_def,
-            partition_by=partition_by,
-            config_path=config_path,
+            func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
+            primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
+            columns=columns, partitions_def=partitions_def, partition_by=partition_by,
+            config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
         return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
@@ -276,7 +277,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         secret_params=secret_params,
         cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
         column_descriptions=column_descriptions(func, hints),
-        freshness=options.freshness,
+        freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
+        check_severity=options.check_severity,
         steps={arg: a.step for arg, a in options.arguments.items() if a.step is not None},
     )
 
@@ -447,9 +449,11 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
     kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
     kwargs.setdefault("kinds", {"spark", "iceberg"})
+    if checks.check_specs(settings):
+        kwargs["check_specs"] = [*kwargs.get("check_specs", ()), *checks.check_specs(settings)]
 
     def compute(context: dg.AssetExecutionContext, config: IncrementalRunConfig):
-        return runner.run(context, config)
+        yield from runner.run(context, config)
 
     compute.__name__ = settings.name
     compute.dagster_incremental_settings = settings  # read back by incremental_settings()
@@ -527,7 +531,12 @@ class _Runner:
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
         with redactor.masking_logs(context.log):
-            return self._run(context, config, secret_kwargs, redactor)
+            output, state = self._run(context, config, secret_kwargs, redactor)
+        # The IO manager stores the output before this generator resumes: the checks see the
+        # table as this run committed it.
+        yield output
+        io = getattr(context.resources, self.io_manager_key)
+        yield from checks.evaluate_checks(context, io, self.settings, output.value, state)
 
     def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
         started = datetime.now(timezone.utc)
@@ -585,8 +594,8 @@ class _Runner:
                 context.add_asset_metadata(
                     {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
                 )
-            return dg.Output(batch)
-        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)})
+            return dg.Output(batch), state
+        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)}), state
 
     # -- planning --------------------------------------------------------------------------------
 

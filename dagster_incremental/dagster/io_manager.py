@@ -206,6 +206,24 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 return WriteResult(0, 0, 0, rows, snapshot_id, schema)
         return self.writer.unchanged(table)
 
+    # -- asset checks ----------------------------------------------------------------------------
+
+    def table_snapshot(self, table: TableRef) -> int | None:
+        """The table's current snapshot id (None: no table yet): from its metadata files when
+        readable here, so a run that wrote nothing still needs no JVM; else from Spark."""
+        readable, metadata = self._table_files(table)
+        if readable:
+            return metadata.current_snapshot_id() if metadata is not None else None
+        from dagster_incremental.spark.key_check import current_snapshot_id
+
+        return current_snapshot_id(self.spark, table)
+
+    def duplicate_keys(self, table: TableRef, keys: Sequence[str], **options: Any):
+        """The primary_key_unique aggregation (spark/key_check.py) with this destination's session."""
+        from dagster_incremental.spark.key_check import duplicate_keys
+
+        return duplicate_keys(self.spark, table, keys, **options)
+
     # -- IOManager -------------------------------------------------------------------------------
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:

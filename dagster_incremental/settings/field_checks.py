@@ -121,6 +121,11 @@ def duration_or_number(value: Any) -> str | int | float:
     return value
 
 
+def upper_text(value: Any) -> Any:
+    """Keywords such as "warn" / "WARN" read alike."""
+    return value.upper() if isinstance(value, str) else value
+
+
 def freshness(value: Any) -> timedelta:
     """`freshness`: an ISO-8601 duration ("PT2H") or a number of seconds > 0, as a timedelta."""
     if isinstance(value, timedelta):

@@ -254,9 +254,12 @@ class AssetOptions(Table):
     partition_by: Names | None = None
     partitions: Partitions | None = None
     concurrency_pool: Text | None = None
-    # the cursor must be within this of now (used by the cursor_fresh asset check, later)
+    # the cursor must be within this of now (the cursor_fresh asset check)
     freshness: Annotated[timedelta | None, PlainValidator(check.freshness), FromEnv(env.read_number_or_text),
                          _hint('use an ISO-8601 duration such as "PT2H" or a number of seconds > 0')] = None
+    # how a failed asset check shows in the UI
+    check_severity: Annotated[Literal["WARN", "ERROR"], BeforeValidator(check.upper_text),
+                              _hint('use "WARN" or "ERROR"')] = "WARN"
     arguments: Annotated[Mapping[str, IncrementalArgument], Field(exclude=True)] = Field(default_factory=dict)
 
     @classmethod

@@ -118,9 +118,9 @@ def _window_source(
 def _inside(ref: Column, window: WindowReplace) -> Column:
     inside = F.lit(True)
     if window.start is not None:
-        inside = inside & (ref >= F.lit(_param(window.start)))
+        inside = inside & (ref >= F.lit(sql_param(window.start)))
     if window.end is not None:
-        inside = inside & (ref < F.lit(_param(window.end)))
+        inside = inside & (ref < F.lit(sql_param(window.end)))
     return inside
 
 
@@ -130,10 +130,10 @@ def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, A
     bounds, args = [], {}
     if window.start is not None:
         bounds.append(f"{target_col} >= :di_window_start")
-        args["di_window_start"] = _param(window.start)
+        args["di_window_start"] = sql_param(window.start)
     if window.end is not None:
         bounds.append(f"{target_col} < :di_window_end")
-        args["di_window_end"] = _param(window.end)
+        args["di_window_end"] = sql_param(window.end)
     return " AND ".join(bounds) or "TRUE", args
 
 
@@ -149,7 +149,7 @@ def _key_delete_rows(moved_keys: DataFrame, table_schema: T.StructType, keys: li
     )
 
 
-def _param(value: Any) -> Any:
+def sql_param(value: Any) -> Any:
     """A window bound as a SQL parameter; a naive datetime means UTC (as in the cursor engine)."""
     if isinstance(value, datetime) and value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)

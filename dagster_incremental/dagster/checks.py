@@ -1,0 +1,211 @@
+"""Asset checks of every incremental asset: `primary_key_unique` and `cursor_fresh`.
+
+They are declared on the asset (`check_specs`) and yielded by its compute right after the
+`Output`: Dagster hands the output to the IO manager before the compute resumes, so the checks
+see the table as the run committed it, and the UI shows them on the asset's Checks tab.
+
+- primary_key_unique (assets with a primary key): no key twice in the table (scd2: among the
+  current versions); a run that replaced a window checks that window only.
+- cursor_fresh (assets with `freshness`): the cursor's `last_value` is within `freshness` of
+  now. It looks at the data, not at when a run happened: a run that loads nothing keeps an old
+  cursor, so the check tells the user the source stopped producing.
+
+Neither check fails the run: the data and the cursor are committed before they are evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental.cursor import values as cv
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.spark.write_spec import IncrementalBatch
+
+PRIMARY_KEY_UNIQUE = "primary_key_unique"
+CURSOR_FRESH = "cursor_fresh"
+EXAMPLE_KEYS = 5
+UNCHECKABLE_TYPES = ("number", "string")  # no instant to compare with now
+
+# -- settings -------------------------------------------------------------------------------------
+
+
+def freshness_for_cursors(limit: timedelta | None, asset: str, cursors: Mapping[str, Any]) -> timedelta | None:
+    """`freshness` (already a positive timedelta: the settings schema parsed it), refused when
+    no cursor of the asset can be an instant (numbers, strings, none): nothing to compare with now."""
+    if limit is None:
+        return None
+    types = [spec.cursor_type or cv.detect_type(spec.initial_value) for spec in cursors.values()]
+    if all(t in UNCHECKABLE_TYPES for t in types):
+        found = ", ".join(f"{name} ({t})" for name, t in zip(cursors, types)) or "no incremental argument"
+        raise IncrementalConfigError(
+            f"asset {asset!r}: freshness needs a cursor of dates or timestamps to compare with now, "
+            f"but it has {found}; remove freshness, or give the cursor a temporal cursor_type "
+            '("timestamp", "date", "epoch_seconds", "epoch_millis")'
+        )
+    return limit
+
+
+# -- declaration ----------------------------------------------------------------------------------
+
+
+def check_specs(settings) -> list[dg.AssetCheckSpec]:
+    """The checks an asset declares: primary_key_unique with a primary key, cursor_fresh with
+    a freshness."""
+    asset = dg.AssetKey([*settings.key_prefix, settings.name])
+    specs = []
+    if settings.primary_key:
+        where = "among current versions" if settings.strategy == "scd2" else "in the table"
+        specs.append(dg.AssetCheckSpec(
+            PRIMARY_KEY_UNIQUE, asset=asset,
+            description=f"No primary key ({', '.join(settings.primary_key)}) occurs twice {where}.",
+        ))
+    if settings.freshness is not None:
+        specs.append(dg.AssetCheckSpec(
+            CURSOR_FRESH, asset=asset,
+            description=f"The cursor's last_value is at most {settings.freshness} old: the source still "
+            "delivers new data.",
+        ))
+    return specs
+
+
+# -- evaluation -----------------------------------------------------------------------------------
+
+
+def evaluate_checks(context, io, settings, batch: IncrementalBatch, state: Any) -> Iterator[dg.AssetCheckResult]:
+    """The results of the asset's checks for the table this run left. `state` is the live cursor
+    after the run (a backfill's is the one in force, unchanged)."""
+    severity = dg.AssetCheckSeverity(settings.check_severity)
+    evaluations = []
+    if settings.primary_key:
+        evaluations.append((PRIMARY_KEY_UNIQUE, lambda: primary_key_unique(context, io, settings, batch)))
+    if settings.freshness is not None:
+        evaluations.append((CURSOR_FRESH, lambda: cursor_fresh(settings, _live_state(io, settings, batch, state))))
+    for name, evaluate in evaluations:
+        try:
+            passed, metadata, description = evaluate()
+        except Exception as exc:  # noqa: BLE001 - the run's data is committed; report, don't fail it
+            context.log.warning(f"asset check {name} could not be evaluated: {exc}")
+            passed, metadata, description = False, {"error": str(exc)}, f"{name} could not be evaluated"
+        yield dg.AssetCheckResult(
+            check_name=name, passed=passed, severity=severity, metadata=metadata, description=description
+        )
+
+
+def _live_state(io, settings, batch: IncrementalBatch, state: Any) -> Any:
+    """A backfill of partitions runs without the live cursor (each partition has its own):
+    take the newest cursor committed to the table, whatever its partition."""
+    if batch.mode != "backfill" or settings.partitions_def is None:
+        return state
+    committed = io.committed_state(dg.AssetKey([*settings.key_prefix, settings.name]))
+    return committed.state if committed is not None else None
+
+
+def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[bool, dict[str, Any], str]:
+    """Duplicated keys of the snapshot the run left, counted by one Spark aggregation.
+
+    A run that committed nothing leaves the snapshot the previous evaluation looked at: its
+    outcome is reported again (metadata `evaluated_in_run` names the run that counted), read
+    from Dagster's event log and the table's metadata files, so such a run starts no JVM. Only
+    when no evaluation of that snapshot and scope exists (the first run after the checks were
+    added, or after a window run) is the table counted again.
+    """
+    table, scope = batch.spec.table, _key_scope(settings, batch)
+    snapshot = io.table_snapshot(table)
+    base = {"primary_key": dg.MetadataValue.json(list(settings.primary_key)), "scope": dg.MetadataValue.text(scope)}
+    if snapshot is None:
+        return True, {**base, "duplicated_keys": dg.MetadataValue.int(0)}, "The table has no rows yet."
+    base["snapshot_id"] = dg.MetadataValue.text(str(snapshot))
+    check_key = dg.AssetCheckKey(context.asset_key, PRIMARY_KEY_UNIQUE)
+    previous = _evaluation_of(context.instance, check_key, base)
+    if previous is not None:
+        return previous.passed, dict(previous.metadata), previous.description or ""
+    found = io.duplicate_keys(
+        table, settings.primary_key, snapshot_id=snapshot, current=_current_versions(settings), window=batch.window,
+        examples=EXAMPLE_KEYS,
+    )
+    meta = {**base, "duplicated_keys": dg.MetadataValue.int(found.count), "evaluated_in_run": dg.MetadataValue.text(context.run_id)}
+    if found.count == 0:
+        return True, meta, f"No primary key occurs twice ({scope})."
+    examples = [md.json_safe(k[0] if len(k) == 1 else list(k)) for k in found.examples]
+    meta["example_keys"] = dg.MetadataValue.json(examples)
+    return False, meta, f"{found.count} primary keys occur more than once ({scope}), e.g. {examples[0]!r}."
+
+
+def _key_scope(settings, batch: IncrementalBatch) -> str:
+    """Which rows the count covers, in words; also what makes two evaluations comparable."""
+    if batch.window is not None:
+        w = batch.window
+        return f"rows with {w.column} in [{md.json_safe(w.start)}, {md.json_safe(w.end)})"
+    return "current versions" if settings.strategy == "scd2" else "whole table"
+
+
+def _current_versions(settings) -> tuple[str, Any] | None:
+    """scd2: current versions hold NULL (or active_record_timestamp) in the valid-to column."""
+    if settings.strategy != "scd2":
+        return None
+    return settings.scd2.validity_column_names[1], settings.scd2.active_record_timestamp
+
+
+def _evaluation_of(instance, check_key: dg.AssetCheckKey, wanted: Mapping[str, Any]):
+    """The newest completed evaluation of the check when it looked at the same snapshot and
+    scope as `wanted` (this run's own planned record has no evaluation yet and is skipped)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=5)
+    for record in history:
+        evaluation = record.event.asset_check_evaluation if record.event is not None else None
+        if evaluation is None:
+            continue
+        meta = evaluation.metadata
+        same = all(getattr(meta.get(k), "value", None) == v.value for k, v in wanted.items())
+        return evaluation if same and "evaluated_in_run" in meta else None
+    return None
+
+
+def cursor_fresh(settings, state: Any, now: datetime | None = None) -> tuple[bool, dict[str, Any], str]:
+    """The stalest temporal cursor against `freshness`: a date counts as the end of its day (UTC)."""
+    now = now or datetime.now(timezone.utc)
+    limit = settings.freshness
+    cursors = [(name, c.get("last_value"), c.get("cursor_type")) for name, c in _cursor_states(settings, state).items()]
+    timed = [(name, last, _instant(last, ctype)) for name, last, ctype in cursors if ctype not in UNCHECKABLE_TYPES]
+    if not timed:
+        timed = [(name, None, None) for name, _, _ in cursors[:1]] or [("", None, None)]
+    name, last, instant = min(timed, key=lambda t: t[2] or datetime.min.replace(tzinfo=timezone.utc))
+    meta: dict[str, Any] = {
+        "last_value": dg.MetadataValue.text(str(md.json_safe(last))),
+        "freshness": dg.MetadataValue.text(str(limit)),
+        "freshness_seconds": dg.MetadataValue.float(limit.total_seconds()),
+    }
+    if len(settings.cursors) > 1:
+        meta["cursor"] = dg.MetadataValue.text(name)
+    if instant is None:
+        return False, meta, "The cursor has no last_value yet: no run has loaded a row."
+    age = now - instant
+    meta["age"] = dg.MetadataValue.text(str(timedelta(seconds=round(age.total_seconds()))))
+    meta["age_seconds"] = dg.MetadataValue.float(age.total_seconds())
+    if age <= limit:
+        return True, meta, f"last_value {last} is {meta['age'].value} old (freshness {limit})."
+    return False, meta, (
+        f"last_value {last} is {meta['age'].value} old, more than freshness {limit}: "
+        "the source may have stopped producing new rows."
+    )
+
+
+def _cursor_states(settings, state: Any) -> dict[str, Mapping[str, Any]]:
+    """Per incremental argument, its state (one argument's state is the whole state)."""
+    state = state if isinstance(state, Mapping) else {}
+    if len(settings.cursors) == 1:
+        return {next(iter(settings.cursors)): state}
+    return {name: state.get(name) or {} for name in settings.cursors}
+
+
+def _instant(last: Any, cursor_type: str | None) -> datetime | None:
+    """The instant a cursor value stands for; None when it has none (no value, a number)."""
+    cursor_type = cursor_type or cv.detect_type(last)
+    if last is None or cursor_type not in cv.TEMPORAL_TYPES:
+        return None
+    instant = cv.micros_to_datetime(cv.to_key(last, cursor_type))
+    return instant + timedelta(days=1) if cursor_type == "date" else instant
