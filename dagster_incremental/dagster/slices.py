@@ -89,8 +89,9 @@ class SlicedRun:
                     frame, staged = self.runner._load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
                 state = self._state(slice_runs, in_force, slices[index - 1][1], last=index == len(bounds))
                 window_replace = _sub_window(replace, window, index, len(bounds))
+                plan, spec = self._write_for(index, window_replace)
                 batch = self.runner._batch(
-                    self.context, self.plan, self.spec, frame, staged, state, expected, self.started, window_replace
+                    self.context, plan, spec, frame, staged, state, expected, self.started, window_replace
                 )
                 try:
                     result, expected = self.io.commit_batch(batch, self.context.asset_key, self.context.log)
@@ -113,6 +114,17 @@ class SlicedRun:
         plan_start, plan_end = self.plan.window if self.plan.window is not None else (None, None)
         inner = [cv.key_to_public(b, ctype) for _, b in slices[:-1]]
         return list(zip([plan_start, *inner], [*inner, plan_end]))
+
+    def _write_for(self, index: int, window_replace) -> tuple[_Plan, Any]:
+        """How slice `index` writes. A full refresh rebuilds the table with the first slice; the
+        later ones write as the asset does (a replace asset: they add, not replace again)."""
+        if index == 1 or window_replace is not None:
+            return self.plan, self.spec
+        plan = dataclasses.replace(self.plan, full_refresh=False)
+        spec = self.runner._write_spec(self.io, self.context.asset_key, plan)
+        if spec.disposition == "replace":
+            spec = dataclasses.replace(spec, disposition="append", strategy=None)
+        return plan, spec
 
     def _state(self, runs, in_force: AssetState, end_key: Any, last: bool) -> Any:
         """The asset's state after a slice; a slice that loaded no new value still moves the

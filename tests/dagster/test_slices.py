@@ -97,6 +97,12 @@ def test_a_long_run_commits_one_slice_at_a_time(spark, env, instance):
     again = materialize(asset, instance, io)  # nothing new: within one step, not sliced
     assert again.success and len(calls) == 6 and len(snapshots(spark, io, "five_days")) == 5
 
+    # A full refresh rebuilds the table with the first slice and adds the others to it.
+    refresh = materialize(asset, instance, io, run_config={"ops": {"five_days": {"config": {"full_refresh": True}}}})
+    assert refresh.success, failure_text(refresh)
+    assert metadata(refresh, "five_days")["dagster_incremental/slices"] == [5, 5]
+    assert ids(spark, io, "five_days") == list(range(HOURS))
+
 
 def test_a_failed_slice_keeps_the_slices_before_it_and_the_next_run_continues(spark, env, instance):
     config, io, _ = env
@@ -176,3 +182,30 @@ def test_a_window_backfill_replaces_one_sub_window_per_commit_and_is_idempotent(
     # a backfill leaves the live cursor alone
     assert committed_states(spark, io, "backfilled")[-1]["last_value"][:13] == (
         start + timedelta(hours=HOURS - 1)).strftime("%Y-%m-%dT%H")
+
+
+def test_a_partition_range_backfill_commits_one_day_per_slice(spark, env, instance):
+    config, io, _ = env
+    parts = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-10")
+    day0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    data = [{"id": i, "event_time": day0 + timedelta(hours=6 * i), "value": i} for i in range(4 * 8)]
+    calls = []
+
+    @incremental_asset(primary_key="id", partitions_def=parts, config_path=config,
+                       write_disposition={"disposition": "merge", "strategy": "delete-insert"})
+    def daily(context: dg.AssetExecutionContext, event_time: Incremental = incremental("event_time", step="P1D")):
+        calls.append((event_time.start_value, event_time.end_value))
+        return data
+
+    tags = {"dagster/asset_partition_range_start": "2024-03-02", "dagster/asset_partition_range_end": "2024-03-04"}
+    for attempt in (1, 2):
+        result = materialize(daily, instance, io, tags=tags)
+        assert result.success, failure_text(result)
+        assert len(snapshots(spark, io, "daily")) == 3 * attempt
+        assert ids(spark, io, "daily") == list(range(4, 16))  # days two to four, each row once
+    assert [c[0].day for c in calls[-3:]] == [2, 3, 4] and [c[1].day for c in calls[-3:]] == [3, 4, 5]
+    events = result.asset_materializations_for_node("daily")
+    assert sorted(e.partition for e in events) == ["2024-03-02", "2024-03-03", "2024-03-04"]
+    meta = {k: v.value for k, v in events[0].metadata.items()}
+    assert meta["dagster_incremental/slices"] == [3, 3] and meta["dagster_incremental/mode"] == "backfill"
+    assert meta["dagster_incremental/rows_inserted"] == 12
