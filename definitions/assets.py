@@ -18,7 +18,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_incremental import Incremental, incremental_asset
+from dagster_incremental import Incremental, incremental, incremental_asset
 from definitions.sources import event_files, events_api, events_root, shop_db, shop_db_path, utc_now
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,8 +93,12 @@ def api_events(context: dg.AssetExecutionContext, created_at: Incremental, api_t
 
 
 @incremental_asset(group_name="events", config_path=CONFIG)
-def daily_events(context: dg.AssetExecutionContext, event_time: Incremental):
-    """Daily event files read by Spark; each partition is one day, backfills reload whole days."""
+def daily_events(context: dg.AssetExecutionContext, event_time: Incremental = incremental("event_time", step="P1D")):
+    """Daily event files read by Spark; each partition is one day, backfills reload whole days.
+
+    `step="P1D"`: a backfill of several days runs as one slice (one commit) per day, so a failure
+    keeps the days before it; the rest of the cursor comes from config.toml.
+    """
     spark = context.resources.io_manager.spark
     return event_files.read_events_spark(spark, ensure_event_files(), event_time.start_value, event_time.end_value)
 

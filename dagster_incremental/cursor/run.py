@@ -4,6 +4,7 @@ last_value, boundary keys, out-of-range flags) and filters every input kind thro
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -354,6 +355,16 @@ class IncrementalRun(Incremental):
             dedup_key=self.dedup_key,
             boundary=stored,
         )
+
+    def state_loaded_before(self, key: Any) -> CursorState:
+        """The state saying every row before `key` is loaded and none at it (where a slice that
+        loaded no new cursor value ends): last_value `key`, an empty boundary."""
+        state = self.cursor_state
+        if state is None:
+            raise ValueError("a backfill has no state to move")
+        value = self._canonical(key)
+        boundary = StoredBoundary.of(value, frozenset(), False, self.dedup_key) if self._dedup else None
+        return dataclasses.replace(state, last_value=value, boundary=boundary)
 
     # -- types ---------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.paths import CursorPath, parse_cursor_path
+from dagster_incremental.cursor.slices import Step, number_needs_end, parse_step
 from dagster_incremental.errors import IncrementalConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,8 +132,10 @@ class IncrementalSpec(Incremental):
     range_end: str = "open"
     lag: float | None = None
     cursor_type: str | None = None
+    step: str | float | None = None
     # derived at validation
     _path: CursorPath = field(init=False, repr=False, compare=False)
+    _step: Step | None = field(init=False, repr=False, compare=False)
     _type: str | None = field(init=False, repr=False, compare=False)
     _initial_key: Any = field(init=False, repr=False, compare=False)
     _end_key: Any = field(init=False, repr=False, compare=False)
@@ -169,6 +172,23 @@ class IncrementalSpec(Incremental):
                 "(backfill) needs both; set initial_value to the range start."
             )
         self._resolve_values()
+        self._check_step()
+
+    def _check_step(self) -> None:
+        """step: valid, for a cursor going up, and (when the type is known now) fit for its type."""
+        set_ = object.__setattr__
+        set_(self, "_step", parse_step(self.step))
+        if self._step is None:
+            return
+        if self.is_callable or self.direction != "max":
+            raise IncrementalConfigError(
+                f"step={self.step!r} needs last_value_func='max': slices cut a range going up "
+                f"(got {_func_name(self.last_value_func)})."
+            )
+        if self._type is not None:
+            self._step.delta(self._type, self.cursor_path)
+        if self._type == "number" and self.end_value is None:
+            raise IncrementalConfigError(number_needs_end(self.step, self.cursor_path))
 
     def _resolve_values(self) -> None:
         """The cursor type and the bounds as keys; a callable compares public values itself."""
@@ -271,6 +291,10 @@ class IncrementalSpec(Incremental):
         return self._path
 
     @property
+    def parsed_step(self) -> Step | None:
+        return self._step
+
+    @property
     def start_value(self) -> Any:
         """start_value of a first run (no state): initial_value as the run would give it."""
         return self.bind(None).start_value
@@ -337,8 +361,13 @@ def incremental(
     lag: float | None = None,
     *,
     cursor_type: str | None = None,
+    step: str | float | None = None,
 ) -> IncrementalSpec:
-    """Define an incremental cursor (dlt's `dlt.sources.incremental` vocabulary and defaults)."""
+    """Define an incremental cursor (dlt's `dlt.sources.incremental` vocabulary and defaults).
+
+    `step` (an ISO-8601 duration such as "P1D", or a number in lag's units) cuts a longer range
+    into slices of at most `step`, each committed with its cursor as it is loaded.
+    """
     return IncrementalSpec(
         cursor_path=cursor_path,
         initial_value=initial_value,
@@ -351,5 +380,6 @@ def incremental(
         range_end=range_end,
         lag=lag,
         cursor_type=cursor_type,
+        step=step,
     )
 

@@ -10,6 +10,7 @@ config.toml fails `dagster dev` at once rather than the first run.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from dagster_incremental.settings.secrets import Secrets, SecretsFile, function_
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.staging import stage_batches
+from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.spark.write_spec import (
     CommitInfo,
@@ -94,8 +96,6 @@ class AssetSettings:
     freshness: timedelta | None = None
     # how a failed asset check shows in the UI
     check_severity: str = "WARN"
-    # incremental argument -> `step` as given (ISO-8601 duration or a number in lag's units)
-    steps: Mapping[str, str | float] = field(default_factory=dict)
 
     @property
     def window_column(self) -> str | None:
@@ -279,7 +279,6 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         column_descriptions=column_descriptions(func, hints),
         freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
         check_severity=options.check_severity,
-        steps={arg: a.step for arg, a in options.arguments.items() if a.step is not None},
     )
 
 
@@ -522,6 +521,7 @@ class _Runner:
         self.settings = settings
         self.io_manager_key = io_manager_key
         self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
+        self.sliced = sliced_argument(settings)  # the argument whose step cuts runs into slices
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
         try:
@@ -531,12 +531,12 @@ class _Runner:
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
         with redactor.masking_logs(context.log):
-            output, state = self._run(context, config, secret_kwargs, redactor)
+            output, state, written = self._run(context, config, secret_kwargs, redactor)
         # The IO manager stores the output before this generator resumes: the checks see the
         # table as this run committed it.
         yield output
         io = getattr(context.resources, self.io_manager_key)
-        yield from checks.evaluate_checks(context, io, self.settings, output.value, state)
+        yield from checks.evaluate_checks(context, io, self.settings, written, state)
 
     def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
         started = datetime.now(timezone.utc)
@@ -550,25 +550,33 @@ class _Runner:
             # already have put there instead of adding to it.
             plan.window_replace = True
         spec = self._write_spec(io, context.asset_key, plan)
-        asset = context.asset_key.to_user_string()
-        try:
+        with _user_errors(context.asset_key.to_user_string(), redactor):
             in_force = self._state_in_force(context, stored, plan)
             self._check_write_keys(in_force, plan)
             runs = self._bind(context, plan, in_force)
-            output = self._call(context, runs, secret_kwargs)
-            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
-            frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
-        except IncrementalError as exc:
-            if redactor.leaks(exc):
-                raise _masked_failure(asset, exc, redactor) from None
-            raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
-        except Exception as exc:
-            if redactor.leaks(exc):
-                raise _masked_failure(asset, exc, redactor) from None
-            raise
+            slices = plan_slices(runs, self.sliced)
+            if slices is None:
+                frame, staged = self._load(context, io, runs, spec, secret_kwargs)
+        if slices is not None:
+            return SlicedRun(self, context, io, plan, stored, spec, started).run(
+                runs, slices, in_force, table_snapshot, secret_kwargs, redactor
+            )
         state = self._state_after(runs, plan, stored)
-        window = self._window(runs, plan)
-        batch = IncrementalBatch(
+        batch = self._batch(
+            context, plan, spec, frame, staged, state, table_snapshot, started, self._window_replace(plan, runs)
+        )
+        return self._output(context, batch, plan, stored, state, self._window(runs, plan)), state, batch
+
+    def _load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any]):
+        """Call the function, filter and stage what it gives: (the writer's data, the staged batch)."""
+        output = self._call(context, runs, secret_kwargs)
+        staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
+        return drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec), staged
+
+    def _batch(self, context, plan: _Plan, spec: WriteSpec, frame, staged, state, expected_snapshot, started,
+               window: WindowReplace | None) -> IncrementalBatch:
+        """What the IO manager commits: the rows and, on an incremental run, the cursor after them."""
+        return IncrementalBatch(
             spec=spec,
             data=frame,
             commit=CommitInfo(
@@ -577,14 +585,17 @@ class _Runner:
                 scope=plan.scope,
             ),
             mode=plan.mode,
-            window=self._window_replace(plan, runs),
+            window=window,
             full_refresh=plan.full_refresh,
             run_started_at=started,
             check_stale=plan.mode == "incremental",
-            expected_snapshot_id=table_snapshot,
+            expected_snapshot_id=expected_snapshot,
             deduplicated=staged.deduplicated,
             column_descriptions=self.settings.column_descriptions,
         )
+
+    def _output(self, context, value: Any, plan: _Plan, stored, state, window, extra: Mapping[str, Any] | None = None):
+        """The Output with the run's metadata; a partition range gets it per partition."""
         run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
         if context.has_partition_key or context.has_partition_key_range:
             keys = context.partition_keys
@@ -594,8 +605,8 @@ class _Runner:
                 context.add_asset_metadata(
                     {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
                 )
-            return dg.Output(batch), state
-        return dg.Output(batch, metadata={**run_md, md.STATE: md.json_value(state)}), state
+            return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
+        return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -656,7 +667,8 @@ class _Runner:
             context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
         return state
 
-    def _bind(self, context, plan: _Plan, in_force: AssetState) -> dict[str, Any]:
+    def _bind(self, context, plan: _Plan, in_force: AssetState, windows: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006
+        """Bind every cursor (`windows`: a narrower window for some, e.g. a slice's)."""
         runs = {}
         for name, spec in self.settings.cursors.items():
             if plan.overrides:
@@ -665,7 +677,7 @@ class _Runner:
             try:
                 run = spec.bind(
                     None if plan.stateless else cursor_state,
-                    window=plan.window,
+                    window=windows.get(name, plan.window),
                     stateless=plan.stateless,
                     inherited_primary_key=self.settings.primary_key or None,
                 )
@@ -751,6 +763,22 @@ class _Runner:
             return [None, None]
         end = run.end_value if run.end_value is not None else run.last_value
         return [run.start_value, end]
+
+
+@contextlib.contextmanager
+def _user_errors(asset: str, redactor: Redactor):
+    """Errors of the cursor and of the user's function as the run reports them: a library error
+    is a Failure naming the asset; any error whose text holds a secret is re-raised masked."""
+    try:
+        yield
+    except IncrementalError as exc:
+        if redactor.leaks(exc):
+            raise _masked_failure(asset, exc, redactor) from None
+        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
+    except Exception as exc:
+        if redactor.leaks(exc):
+            raise _masked_failure(asset, exc, redactor) from None
+        raise
 
 
 def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:

@@ -261,30 +261,35 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         )
 
     def _write_batch(self, context: dg.OutputContext, obj: IncrementalBatch) -> None:
-        current = self._refuse_stale_writer(context, obj) if obj.check_stale else None
-        if _nothing_to_commit(obj, current) or self._nothing_to_create(obj):
+        result, _ = self.commit_batch(obj, context.asset_key, context.log)
+        context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
+
+    def commit_batch(self, batch: IncrementalBatch, asset_key: dg.AssetKey, log: Any) -> tuple[WriteResult, int | None]:
+        """Commit `batch` (rows and cursor in one commit, as handle_output does) and return what
+        the commit did and the snapshot that now holds the batch's cursor: the new snapshot, or
+        `batch.expected_snapshot_id` when there was nothing to commit. An asset run cut into
+        slices commits all but its output this way, each slice expecting the previous one's."""
+        current = self._refuse_stale_writer(asset_key, batch) if batch.check_stale else None
+        if _nothing_to_commit(batch, current) or self._nothing_to_create(batch):
             # No rows and the table already holds this cursor (or there is no table and
             # nothing to create): a commit would change nothing, and Spark is not needed.
-            context.add_output_metadata(
-                _result_metadata(obj.spec.table, self._unchanged(obj.spec.table), obj.column_descriptions)
-            )
-            return
-        with self._commit_lock(obj.spec.table):
+            return self._unchanged(batch.spec.table), batch.expected_snapshot_id
+        with self._commit_lock(batch.spec.table):
             # Compare-and-set: checked again under the table's lock, so no other run can commit
             # between this check and this run's commit.
-            if obj.check_stale:
-                self._refuse_stale_writer(context, obj)
+            if batch.check_stale:
+                self._refuse_stale_writer(asset_key, batch)
             result = self.writer.write(
-                obj.spec,
-                obj.data,
-                commit=obj.commit,
-                window=obj.window,
-                full_refresh=obj.full_refresh,
-                run_started_at=obj.run_started_at,
-                deduplicated=obj.deduplicated,
+                batch.spec,
+                batch.data,
+                commit=batch.commit,
+                window=batch.window,
+                full_refresh=batch.full_refresh,
+                run_started_at=batch.run_started_at,
+                deduplicated=batch.deduplicated,
             )
-            self._compact_if_needed(context, obj.spec.table, result)
-        context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
+            self._compact_if_needed(log, batch.spec.table, result)
+        return result, result.snapshot_id
 
     def _commit_lock(self, table: TableRef):
         """The table's cross-process commit lock when its catalog keeps it in local (or mounted)
@@ -298,7 +303,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             return contextlib.nullcontext()
         return table_commit_lock(location.parents[len(in_catalog) - 1], in_catalog)
 
-    def _compact_if_needed(self, context: dg.OutputContext, table: TableRef, result: WriteResult) -> None:
+    def _compact_if_needed(self, log: Any, table: TableRef, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and
         cursor are committed already: a failed compaction is a warning, retried next run."""
         from dagster_incremental.spark import maintenance
@@ -307,14 +312,14 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         try:
             done = maintenance.compact(self.spark, table)
         except Exception as exc:  # noqa: BLE001 - maintenance must not fail a committed run
-            context.log.warning(f"{table.display}: compaction of delete files failed, retried next run: {exc}")
+            log.warning(f"{table.display}: compaction of delete files failed, retried next run: {exc}")
             return
-        context.log.info(
+        log.info(
             f"{table.display}: folded {result.position_deletes} deleted rows "
             f"({result.delete_files} delete files) into the data files: {done}"
         )
 
-    def _refuse_stale_writer(self, context: dg.OutputContext, batch: IncrementalBatch):
+    def _refuse_stale_writer(self, asset_key: dg.AssetKey, batch: IncrementalBatch):
         """Two runs that read the same cursor must not both commit: the second would load twice.
         Returns the committed state it checked (None: the table has none)."""
         current = self._committed_state(batch.spec.table, batch.commit.scope)
@@ -322,7 +327,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if current_id != batch.expected_snapshot_id:
             other = current.run_id if current is not None else "unknown"
             raise ConcurrentRunError(
-                f"asset {context.asset_key.to_user_string()}: another run ({other}) committed to "
+                f"asset {asset_key.to_user_string()}: another run ({other}) committed to "
                 f"{batch.spec.table.display} after this run read its cursor, so this run wrote "
                 "nothing (a run commits only if the table still holds the snapshot it read its cursor "
                 "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "

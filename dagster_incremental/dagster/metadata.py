@@ -15,6 +15,7 @@ WINDOW = "dagster_incremental/window"
 ROWS_INSERTED = "dagster_incremental/rows_inserted"
 ROWS_UPDATED = "dagster_incremental/rows_updated"
 ROWS_DELETED = "dagster_incremental/rows_deleted"
+SLICES = "dagster_incremental/slices"  # [committed, planned] of a run cut into slices by step
 COUNTS_SCOPE = "dagster_incremental/counts_scope"  # partitioned runs: what the row figures count
 ROW_COUNT = "dagster/row_count"
 TABLE_NAME = "dagster/table_name"

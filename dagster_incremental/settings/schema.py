@@ -231,8 +231,8 @@ class IncrementalArgument(Table):
         return self
 
     def spec_arguments(self) -> dict[str, Any]:
-        """The given keys that `incremental(...)` takes (step is not one of them yet)."""
-        return {k: v for k, v in self.given().items() if k != "step"}
+        """The given keys, as `incremental(...)` takes them."""
+        return self.given()
 
 
 class AssetOptions(Table):

@@ -1,0 +1,153 @@
+"""Slice planning (`step`): consecutive half-open slices that cover a range exactly, and the
+errors for steps that cannot cut a cursor's range."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dagster_incremental import incremental
+from dagster_incremental.cursor import values as cv
+from dagster_incremental.cursor.slices import parse_step, plan_run, plan_slices, state_after_slice
+from dagster_incremental.errors import IncrementalConfigError
+
+DAY_US = 86_400_000_000
+
+
+def _check_cover(slices, start, end, delta):
+    assert slices[0][0] == start and slices[-1][1] == end
+    for (a, b), (c, _) in zip(slices, slices[1:]):
+        assert b == c  # consecutive: each starts where the previous ends
+    for a, b in slices:
+        assert a < b <= a + delta  # half-open, non-empty, at most one step
+
+
+@given(st.integers(-10**12, 10**12), st.integers(1, 10**9), st.integers(1, 500))
+def test_integer_keys_are_covered_exactly(start, delta, pieces):
+    end = start + delta * pieces - (delta // 2)
+    slices = plan_slices(start, end, delta)
+    _check_cover(slices, start, end, delta)
+    assert len(slices) == -(-(end - start) // delta)
+
+
+@given(st.floats(-1e6, 1e6), st.floats(0.5, 1e3), st.integers(1, 200))
+def test_number_keys_are_covered_exactly(start, delta, pieces):
+    end = start + delta * pieces * 0.97
+    slices = plan_slices(start, end, delta)
+    assert slices[0][0] == start and slices[-1][1] == end
+    for (a, b), (c, _) in zip(slices, slices[1:]):
+        assert b == c
+    for a, b in slices:
+        assert a < b <= a + delta * (1 + 1e-9)
+
+
+def test_an_empty_range_has_no_slices():
+    assert plan_slices(5, 5, 1) == [] and plan_slices(6, 5, 1) == []
+
+
+@pytest.mark.parametrize(
+    "step, cursor_type, delta",
+    [
+        ("P1D", "timestamp", DAY_US),
+        ("PT6H", "timestamp", 6 * 3_600_000_000),
+        ("P1W", "date", 7 * DAY_US),
+        ("P1DT12H", "timestamp", 36 * 3_600_000_000),
+        ("PT0.5S", "timestamp", 500_000),
+        (3600, "timestamp", 3_600_000_000),  # seconds, as lag
+        (2, "date", 2 * DAY_US),  # days, as lag
+        (2.5, "number", 2.5),  # native units
+        (1000, "epoch_millis", 1_000_000),  # native units (milliseconds), as lag
+    ],
+)
+def test_steps_in_key_units(step, cursor_type, delta):
+    assert parse_step(step).delta(cursor_type, "c") == delta
+
+
+@pytest.mark.parametrize("step", ["P", "PT", "1D", "P-1D", "P0D", 0, -3, float("inf"), True, "daily", [1]])
+def test_bad_steps_are_refused(step):
+    with pytest.raises(IncrementalConfigError, match="step="):
+        incremental("t", initial_value="2024-01-01T00:00:00Z", step=step)
+
+
+@pytest.mark.parametrize("step", ["P1M", "P1Y", "P1Y2M"])
+def test_months_and_years_are_refused_with_the_reason(step):
+    with pytest.raises(IncrementalConfigError, match="no fixed length"):
+        incremental("t", initial_value="2024-01-01T00:00:00Z", step=step)
+
+
+def test_step_that_does_not_fit_the_cursor_type():
+    with pytest.raises(IncrementalConfigError, match="whole days"):
+        incremental("d", initial_value=dt.date(2024, 1, 1), step="PT6H")
+    with pytest.raises(IncrementalConfigError, match="ISO-8601 duration needs a date or timestamp"):
+        incremental("n", initial_value=0, end_value=100, step="P1D")
+    with pytest.raises(IncrementalConfigError, match="string cursor"):
+        incremental("s", initial_value="a", cursor_type="string", step=5)
+    with pytest.raises(IncrementalConfigError, match="last_value_func='max'"):
+        incremental("t", initial_value="2024-01-01T00:00:00Z", last_value_func="min", step="P1D")
+
+
+def test_a_number_cursor_needs_an_end_value():
+    with pytest.raises(IncrementalConfigError, match=r"step=10 on the number cursor 'seq' needs an end_value"):
+        incremental("seq", initial_value=0, step=10)
+    assert incremental("seq", initial_value=0, end_value=100, step=10).parsed_step.number == 10
+
+
+def test_a_number_cursor_whose_type_comes_from_the_state_needs_an_end_value_at_run_time():
+    run = incremental("seq", step=10).bind({"last_value": 5, "cursor_type": "number"})
+    with pytest.raises(IncrementalConfigError, match="needs an end_value"):
+        plan_run(run, now_key=0)
+
+
+NOW = cv.to_key("2024-01-06T00:00:00Z", "timestamp")
+
+
+def test_a_run_longer_than_step_is_planned_up_to_now():
+    run = incremental("t", initial_value="2024-01-01T00:00:00Z", step="P1D").bind(None)
+    slices = plan_run(run, NOW)
+    assert len(slices) == 5 and slices[-1][1] == NOW
+
+
+def test_a_run_within_one_step_or_without_step_is_not_sliced():
+    assert plan_run(incremental("t", initial_value="2024-01-05T12:00:00Z", step="P1D").bind(None), NOW) is None
+    assert plan_run(incremental("t", initial_value="2024-01-01T00:00:00Z").bind(None), NOW) is None
+    assert plan_run(incremental("t", step="P1D").bind(None), NOW) is None  # nothing to start from
+
+
+def test_a_backfill_is_planned_to_its_end_value_and_a_date_cursor_in_days():
+    spec = incremental("d", initial_value="2024-01-01", end_value="2024-01-11", step=3)
+    slices = plan_run(spec.bind(None), NOW)
+    assert [cv.key_to_canonical(a, "date") for a, _ in slices] == ["2024-01-01", "2024-01-04", "2024-01-07", "2024-01-10"]
+    number = incremental("n", initial_value=0, end_value=25, step=10)
+    assert plan_run(number.bind(None), NOW) == [(0, 10), (10, 20), (20, 25)]
+
+
+def _slice_run(state=None, **kwargs):
+    spec = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id", step="P1D", **kwargs)
+    return spec.bind(state, window=(None, "2024-01-02T00:00:00Z"))
+
+
+def test_an_empty_slice_moves_the_cursor_to_its_end_with_an_empty_boundary():
+    run = _slice_run()
+    run.filter([])
+    after = state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp"))
+    assert after.last_value == "2024-01-02T00:00:00Z"
+    assert after.boundary is not None and after.boundary.keys == () and not after.boundary.overflow
+    nxt = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id").bind(after)
+    at_end = {"id": 1, "t": "2024-01-02T00:00:00Z"}
+    assert nxt.filter([at_end]) == [at_end]  # a row at the slice's end is loaded by the next run
+
+
+def test_a_slice_with_new_rows_keeps_the_normal_state():
+    run = _slice_run()
+    run.filter([{"id": 1, "t": "2024-01-01T05:00:00Z"}, {"id": 2, "t": "2024-01-02T00:00:00Z"}])
+    after = state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp"))
+    assert after == run.cursor_state and after.last_value == "2024-01-01T05:00:00Z"
+
+
+def test_with_an_open_range_start_an_empty_slice_keeps_the_state():
+    run = _slice_run(range_start="open")
+    run.filter([])
+    assert state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp")) == run.cursor_state

@@ -1,0 +1,211 @@
+"""Runs cut into slices by `step`: one table commit per slice, the cursor committed with each, a
+failed (or killed) run keeps the slices before the failure and the next run continues there."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from attack_support import committed_states, failure_text, io_manager_for, materialize, rows, snapshots, write_config
+from dagster_incremental import Incremental, incremental, incremental_asset
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parents[2]
+HOURS = 120  # five days of hourly rows
+
+
+def first_hour() -> datetime:
+    """The first row's time: five daily slices from it reach now (and hourly rows reach the hour)."""
+    now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    return now - timedelta(hours=HOURS - 1)
+
+
+def source_rows(start: datetime) -> list[dict]:
+    return [{"id": i, "event_time": start + timedelta(hours=i), "value": i * 10} for i in range(HOURS)]
+
+
+def sliced_asset(name: str, config: str, start: datetime, calls: list, fail_at: int | None = None, **spec):
+    """An append asset over `source_rows(start)`; its source asks for the slice's window only,
+    records each call's (start_value, end_value) and raises in call `fail_at`."""
+    default = incremental("event_time", initial_value=start.isoformat(), step="P1D", **spec)
+    data = source_rows(start)
+
+    def body(context: dg.AssetExecutionContext, event_time: Incremental = default):
+        calls.append((event_time.start_value, event_time.end_value))
+        if fail_at is not None and len(calls) == fail_at:
+            if os.environ.get("SLICE_KILL"):
+                os.kill(os.getpid(), 9)
+            raise RuntimeError(f"source down in call {fail_at}")
+        low, high = event_time.start_value, event_time.end_value
+        return [r for r in data if r["event_time"] >= low and (high is None or r["event_time"] < high)]
+
+    body.__name__ = name
+    return incremental_asset(name=name, primary_key="id", config_path=config)(body)
+
+
+@pytest.fixture
+def env(spark_warehouse, tmp_path):
+    namespace = "slices_" + uuid.uuid4().hex[:8]
+    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
+    return config, io_manager_for(spark_warehouse, namespace), namespace
+
+
+def ids(spark, io, name: str) -> list[int]:
+    """The table's ids in order (each loaded row once: a doubled row shows twice)."""
+    return sorted(r[0] for r in rows(spark, io, name, ["id"]))
+
+
+def slice_logs(instance, run_id: str) -> list[str]:
+    return [e.user_message for e in instance.all_logs(run_id) if e.user_message.startswith("slice ")]
+
+
+def metadata(result: dg.ExecuteInProcessResult, name: str) -> dict:
+    return {k: v.value for k, v in result.asset_materializations_for_node(name)[0].metadata.items()}
+
+
+def test_a_long_run_commits_one_slice_at_a_time(spark, env, instance):
+    config, io, _ = env
+    start, calls = first_hour(), []
+    asset = sliced_asset("five_days", config, start, calls)
+    result = materialize(asset, instance, io)
+    assert result.success, failure_text(result)
+
+    assert len(calls) == 5  # the function was asked for each slice's window
+    assert calls[0][0] == start and calls[1][0] == start + timedelta(days=1) and calls[-1][1] is None
+    assert len(snapshots(spark, io, "five_days")) == 5
+    states = committed_states(spark, io, "five_days")
+    assert [s["last_value"][:13] for s in states] == [
+        (start + timedelta(hours=24 * k + 23)).strftime("%Y-%m-%dT%H") for k in range(5)
+    ]
+    logs = slice_logs(instance, result.run_id)
+    assert len(logs) == 5 and all(f"slice {k}/5 [" in line for k, line in enumerate(logs, 1))
+    assert all(line.endswith("): 24 rows") for line in logs)
+    meta = metadata(result, "five_days")
+    assert meta["dagster_incremental/slices"] == [5, 5]
+    assert meta["dagster_incremental/rows_inserted"] == HOURS and meta["dagster/row_count"] == HOURS
+    assert meta["dagster_incremental/state"]["last_value"] == states[-1]["last_value"]
+    assert ids(spark, io, "five_days") == list(range(HOURS))
+
+    again = materialize(asset, instance, io)  # nothing new: within one step, not sliced
+    assert again.success and len(calls) == 6 and len(snapshots(spark, io, "five_days")) == 5
+
+    # A full refresh rebuilds the table with the first slice and adds the others to it.
+    refresh = materialize(asset, instance, io, run_config={"ops": {"five_days": {"config": {"full_refresh": True}}}})
+    assert refresh.success, failure_text(refresh)
+    assert metadata(refresh, "five_days")["dagster_incremental/slices"] == [5, 5]
+    assert ids(spark, io, "five_days") == list(range(HOURS))
+
+
+def test_a_failed_slice_keeps_the_slices_before_it_and_the_next_run_continues(spark, env, instance):
+    config, io, _ = env
+    start, calls = first_hour(), []
+    # An older Dagster event (a seeded cursor at the start) must lose against the table's commits.
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        "fails_once", metadata={"dagster_incremental/state": dg.MetadataValue.json({"last_value": start.isoformat()})}
+    ))
+    failing = sliced_asset("fails_once", config, start, calls, fail_at=3)
+    result = materialize(failing, instance, io)
+    assert not result.success and "source down in call 3" in failure_text(result)
+    assert ids(spark, io, "fails_once") == list(range(48))  # days one and two
+    assert committed_states(spark, io, "fails_once")[-1]["last_value"][:13] == (
+        start + timedelta(hours=47)).strftime("%Y-%m-%dT%H")
+    assert any("slice 3/5 failed: slices 1-2 are committed" in e.user_message for e in instance.all_logs(result.run_id))
+
+    fixed = sliced_asset("fails_once", config, start, calls)
+    healed = materialize(fixed, instance, io)
+    assert healed.success, failure_text(healed)
+    assert calls[3][0] == start + timedelta(hours=47)  # continued from the table's cursor
+    assert ids(spark, io, "fails_once") == list(range(HOURS))
+
+
+def test_a_killed_slice_is_healed_by_the_next_run(spark, env, spark_warehouse, tmp_path):
+    config, io, namespace = env
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    start = first_hour()
+    child = f"""
+import sys; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT / 'tests' / 'dagster')!r}]
+from datetime import datetime
+import dagster as dg
+from attack_support import io_manager_for, materialize
+from test_slices import sliced_asset
+asset = sliced_asset("killed", {config!r}, datetime.fromisoformat({start.isoformat()!r}), [], fail_at=3)
+with dg.DagsterInstance.get() as instance:
+    materialize(asset, instance, io_manager_for({spark_warehouse!r}, {namespace!r}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DAGSTER_HOME": str(home), "SLICE_KILL": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert ids(spark, io, "killed") == list(range(48))
+
+    with dg.DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(str(home))) as instance:  # type: ignore[attr-defined]
+        calls: list = []
+        healed = materialize(sliced_asset("killed", config, start, calls), instance, io)
+        assert healed.success, failure_text(healed)
+    assert calls[0][0] == start + timedelta(hours=47)
+    assert ids(spark, io, "killed") == list(range(HOURS))
+
+
+def test_a_window_backfill_replaces_one_sub_window_per_commit_and_is_idempotent(spark, env, instance):
+    config, io, _ = env
+    start, calls = first_hour(), []
+    asset = sliced_asset("backfilled", config, start, calls)
+    assert materialize(asset, instance, io).success
+    before = rows(spark, io, "backfilled")
+    commits = len(snapshots(spark, io, "backfilled"))
+    window = {"initial_value": (start + timedelta(hours=12)).isoformat(),
+              "end_value": (start + timedelta(days=3, hours=12)).isoformat()}
+    run_config = {"ops": {"backfilled": {"config": window}}}
+    for attempt in (1, 2):
+        result = materialize(asset, instance, io, run_config=run_config)
+        assert result.success, failure_text(result)
+        assert metadata(result, "backfilled")["dagster_incremental/slices"] == [3, 3]
+        assert metadata(result, "backfilled")["dagster_incremental/mode"] == "backfill"
+        assert len(snapshots(spark, io, "backfilled")) == commits + 3 * attempt
+        assert rows(spark, io, "backfilled") == before  # same rows, each once
+    assert calls[-3:] == [
+        (start + timedelta(hours=12), start + timedelta(days=1, hours=12)),
+        (start + timedelta(days=1, hours=12), start + timedelta(days=2, hours=12)),
+        (start + timedelta(days=2, hours=12), start + timedelta(days=3, hours=12)),
+    ]
+    # a backfill leaves the live cursor alone
+    assert committed_states(spark, io, "backfilled")[-1]["last_value"][:13] == (
+        start + timedelta(hours=HOURS - 1)).strftime("%Y-%m-%dT%H")
+
+
+def test_a_partition_range_backfill_commits_one_day_per_slice(spark, env, instance):
+    config, io, _ = env
+    parts = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-10")
+    day0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+    data = [{"id": i, "event_time": day0 + timedelta(hours=6 * i), "value": i} for i in range(4 * 8)]
+    calls = []
+
+    @incremental_asset(primary_key="id", partitions_def=parts, config_path=config,
+                       write_disposition={"disposition": "merge", "strategy": "delete-insert"})
+    def daily(context: dg.AssetExecutionContext, event_time: Incremental = incremental("event_time", step="P1D")):
+        calls.append((event_time.start_value, event_time.end_value))
+        return data
+
+    tags = {"dagster/asset_partition_range_start": "2024-03-02", "dagster/asset_partition_range_end": "2024-03-04"}
+    for attempt in (1, 2):
+        result = materialize(daily, instance, io, tags=tags)
+        assert result.success, failure_text(result)
+        assert len(snapshots(spark, io, "daily")) == 3 * attempt
+        assert ids(spark, io, "daily") == list(range(4, 16))  # days two to four, each row once
+    assert [c[0].day for c in calls[-3:]] == [2, 3, 4] and [c[1].day for c in calls[-3:]] == [3, 4, 5]
+    events = result.asset_materializations_for_node("daily")
+    assert sorted(e.partition for e in events) == ["2024-03-02", "2024-03-03", "2024-03-04"]
+    meta = {k: v.value for k, v in events[0].metadata.items()}
+    assert meta["dagster_incremental/slices"] == [3, 3] and meta["dagster_incremental/mode"] == "backfill"
+    assert meta["dagster_incremental/rows_inserted"] == 12
