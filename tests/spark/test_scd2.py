@@ -80,7 +80,7 @@ def test_user_row_version_column(spark):
     spec = scd2_spec("rowversion", primary_key="id", scd2={"row_version_column_name": "ver"})
     fields = [("id", "int"), ("v", "string"), ("ver", "int")]
     run_merge(spark, spec, fields, [(1, "a", 1), (2, "b", 1)], T0)
-    assert "_row_hash" not in spark.table(spec.table).columns
+    assert "_row_hash" not in spark.table(spec.table.sql).columns
     run_merge(spark, spec, fields, [(1, "a-silent", 1), (2, "b2", 2)], T1)
     assert table_rows(spark, spec.table) == [
         (1, "a", 1, S0, None), (2, "b", 1, S0, S1), (2, "b2", 2, S1, None)]
