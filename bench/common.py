@@ -191,7 +191,7 @@ def ratio(a: float, b: float) -> float | None:
 # the wrapper too.
 
 PHASES = (
-    "dagster_incremental.dagster.asset:_Runner._stored_states",
+    "dagster_incremental.dagster.run:Runner._stored_states",
     "dagster_incremental.spark.staging:stage_batches",
     "dagster_incremental.spark.staging:_page_to_arrow",
     "dagster_incremental.spark.staging:arrow_to_spark",

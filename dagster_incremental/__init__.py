@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "load_config": "dagster_incremental.settings.config",
     "ProjectConfig": "dagster_incremental.settings.config",
     # assets, IO manager, sensors (Dagster + Spark)
-    "incremental_asset": "dagster_incremental.dagster.asset",
+    "incremental_asset": "dagster_incremental.dagster.decorator",
     "SparkTableIOManager": "dagster_incremental.dagster.io_manager",
     "build_incremental_sensor": "dagster_incremental.dagster.sensors",
     # errors
@@ -52,7 +52,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, not Any
-    from dagster_incremental.dagster.asset import incremental_asset
+    from dagster_incremental.dagster.decorator import incremental_asset
     from dagster_incremental.settings.config import ProjectConfig, load_config
     from dagster_incremental.errors import (
         ConcurrentRunError,

@@ -109,7 +109,7 @@ def _evaluate(
 
 def _cursor_names(asset: dg.AssetsDefinition, cursor: str | None) -> tuple[str, ...]:
     """The asset's incremental arguments; `cursor` must be one of them."""
-    from dagster_incremental.dagster.asset import incremental_settings
+    from dagster_incremental.dagster.decorator import incremental_settings
 
     settings = incremental_settings(asset)
     names = tuple(settings.cursors) if settings is not None else ()
@@ -163,7 +163,8 @@ def _text(values: Mapping[str | None, Any], names: tuple[str, ...]) -> str:
 
 def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[[], Any]:
     """`probe` called with the secrets of `[assets.<asset>]` it names; errors holding one are masked."""
-    from dagster_incremental.dagster.asset import incremental_settings, load_run_secrets
+    from dagster_incremental.dagster.decorator import incremental_settings
+    from dagster_incremental.dagster.run import load_run_secrets
 
     settings = incremental_settings(asset)
     if settings is None:

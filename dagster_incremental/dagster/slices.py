@@ -27,7 +27,8 @@ from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.spark.write_spec import WriteResult
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dagster_incremental.dagster.asset import AssetSettings, _Plan, _Runner
+    from dagster_incremental.dagster.asset_settings import AssetSettings
+    from dagster_incremental.dagster.run import Runner, Plan
 
 
 def sliced_argument(settings: AssetSettings) -> str | None:
@@ -67,7 +68,7 @@ class _Totals:
 class SlicedRun:
     """One materialization cut into slices: bind, load and commit each in order."""
 
-    def __init__(self, runner: _Runner, context, io, plan: _Plan, stored, spec, started):
+    def __init__(self, runner: Runner, context, io, plan: Plan, stored, spec, started):
         self.runner, self.context, self.io, self.plan = runner, context, io, plan
         self.stored, self.spec, self.started = stored, spec, started
         self.name: str = runner.sliced  # type: ignore[assignment]
@@ -76,22 +77,22 @@ class SlicedRun:
     def run(self, runs, slices, in_force: AssetState, expected: int | None, secret_kwargs, redactor):
         """Commit every slice. Returns the Output (the run's totals, the state after the last
         slice), that state, and the run's whole write without rows (what the asset checks read)."""
-        from dagster_incremental.dagster.asset import _user_errors
+        from dagster_incremental.dagster.run import user_errors
 
         whole = runs[self.name]
         bounds = self._windows(whole, slices)
-        replace = self.runner._window_replace(self.plan, runs)
-        totals, state = _Totals(), self.runner._state_after(runs, self.plan, self.stored)
+        replace = self.runner.window_replace(self.plan, runs)
+        totals, state = _Totals(), self.runner.state_after(runs, self.plan, self.stored)
         asset = self.context.asset_key.to_user_string()
         for index, window in enumerate(bounds, start=1):
             try:
-                with _user_errors(asset, redactor):
-                    slice_runs = self.runner._bind(self.context, self.plan, in_force, {self.name: window})
-                    frame, staged = self.runner._load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
+                with user_errors(asset, redactor):
+                    slice_runs = self.runner.bind(self.context, self.plan, in_force, {self.name: window})
+                    frame, staged = self.runner.load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
                 state = self._state(slice_runs, in_force, slices[index - 1][1], last=index == len(bounds))
                 window_replace = _sub_window(replace, window, index, len(bounds))
                 plan, spec = self._write_for(index, window_replace)
-                batch = self.runner._batch(
+                batch = self.runner.batch_for(
                     self.context, plan, spec, frame, staged, state, expected, self.started, window_replace
                 )
                 try:
@@ -106,9 +107,9 @@ class SlicedRun:
             self._log_slice(index, len(bounds), slice_runs[self.name], window, result)
             if self.plan.mode == "incremental":
                 in_force = AssetState.from_dict(state, self.names)
-        written = self.runner._batch(self.context, self.plan, self.spec, None, staged, state, expected,
+        written = self.runner.batch_for(self.context, self.plan, self.spec, None, staged, state, expected,
                                      self.started, replace)
-        return self._output(whole, state, totals, len(bounds)), state, written
+        return self.output(whole, state, totals, len(bounds)), state, written
 
     def _windows(self, whole, slices: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         """Each slice as a window of public values; the first and last keep the run's own ends
@@ -118,13 +119,13 @@ class SlicedRun:
         inner = [cv.key_to_public(b, ctype) for _, b in slices[:-1]]
         return list(zip([plan_start, *inner], [*inner, plan_end]))
 
-    def _write_for(self, index: int, window_replace) -> tuple[_Plan, Any]:
+    def _write_for(self, index: int, window_replace) -> tuple[Plan, Any]:
         """How slice `index` writes. A full refresh rebuilds the table with the first slice; the
         later ones write as the asset does (a replace asset: they add, not replace again)."""
         if index == 1 or window_replace is not None:
             return self.plan, self.spec
         plan = dataclasses.replace(self.plan, full_refresh=False)
-        spec = self.runner._write_spec(self.io, self.context.asset_key, plan)
+        spec = self.runner.write_spec(self.io, self.context.asset_key, plan)
         if spec.disposition == "replace":
             spec = dataclasses.replace(spec, disposition="append", strategy=None)
         return plan, spec
@@ -132,7 +133,7 @@ class SlicedRun:
     def _state(self, runs, in_force: AssetState, end_key: Any, last: bool) -> Any:
         """The asset's state after a slice; a slice that loaded no new value still moves the
         cursor to its end (see state_after_slice), except the last: nothing is known past it."""
-        state = self.runner._state_after(runs, self.plan, self.stored)
+        state = self.runner.state_after(runs, self.plan, self.stored)
         if last or self.plan.mode != "incremental":
             return state
         typed = AssetState.from_dict(state, self.names)
@@ -151,7 +152,7 @@ class SlicedRun:
             f"slice {index}/{count} failed: {kept}; the next run continues from slice {committed + 1}'s start."
         )
 
-    def _output(self, whole, state, totals: _Totals, planned: int) -> dg.Output:
+    def output(self, whole, state, totals: _Totals, planned: int) -> dg.Output:
         summed = dataclasses.replace(
             totals.last, rows_inserted=totals.inserted, rows_updated=totals.updated, rows_deleted=totals.deleted
         )
@@ -162,11 +163,11 @@ class SlicedRun:
             **_result_metadata(self.spec.table, summed, self.runner.settings.column_descriptions),
         }
         if self.plan.mode == "backfill":
-            window = self.runner._window({self.name: whole}, self.plan)
+            window = self.runner.loaded_window({self.name: whole}, self.plan)
         else:  # as an unsliced run reports it: from its start to its end, or to the last value loaded
             end = whole.end_value if whole.end_value is not None else _last_value(state, self)
             window = [whole.start_value, end]
-        return self.runner._output(self.context, None, self.plan, self.stored, state, window, extra)
+        return self.runner.output(self.context, None, self.plan, self.stored, state, window, extra)
 
 
 def _sub_window(replace, window: tuple[Any, Any], index: int, count: int):

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from attack_support import io_manager_for, materialize, source_asset, write_config
-from dagster_incremental.dagster.asset import incremental_settings
+from dagster_incremental.dagster.decorator import incremental_settings
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import checks
 from dagster_incremental.errors import IncrementalConfigError

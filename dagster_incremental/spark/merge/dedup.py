@@ -16,6 +16,7 @@ from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.settings.vocabulary import DEFAULT_STRATEGY, MergeStrategy
 from dagster_incremental.spark.merge.sql import DELETED, HELPER_PREFIX, SURVIVOR
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
 
 SEQ = "__di_seq"  # arrival order, taken before any shuffle: "the last row seen wins"
@@ -86,7 +87,7 @@ def check_no_null_keys(
             raise DataShapeError(null_key_message(spec.table, nulls, role, name, sample))
 
 
-def null_key_message(table: str, nulls: int, role: str, column: str, sample: str) -> str:
+def null_key_message(table: TableRef, nulls: int, role: str, column: str, sample: str) -> str:
     """The NULL-key error, the same whether Spark or Arrow (local_batch) found it."""
     return (
         f"{table}: {nulls} row(s) have NULL in {role} column {column!r}, e.g. {sample[:_SAMPLE_CHARS]}. "

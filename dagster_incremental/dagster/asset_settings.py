@@ -1,0 +1,284 @@
+"""An incremental asset's settings, resolved once when the code location loads.
+
+Decorator arguments < config.toml < environment, validated by the one settings schema; each
+`Incremental` parameter becomes its cursor spec. A typo fails `dagster dev` at once, not a run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta, timezone
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
+from dagster_incremental.settings.schema import WriteDisposition
+from dagster_incremental.settings.secrets import SecretsFile, function_arguments
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import Scd2Options
+
+
+# the decorator arguments that are settings options (checked by the schema, as config.toml's)
+_OPTION_ARGS = ("key_prefix", "group_name", "description", "primary_key", "merge_key", "write_disposition",
+                "columns", "partition_by", "freshness", "check_severity")
+
+PARTITION_SCHEDULES = {
+    "hourly": dg.HourlyPartitionsDefinition,
+    "daily": dg.DailyPartitionsDefinition,
+    "weekly": dg.WeeklyPartitionsDefinition,
+    "monthly": dg.MonthlyPartitionsDefinition,
+}
+
+
+@dataclass(frozen=True)
+class AssetSettings:
+    """Everything resolved for one asset when the code location loads."""
+
+    name: str
+    key_prefix: tuple[str, ...]
+    group_name: str | None
+    description: str | None
+    primary_key: tuple[str, ...]
+    merge_key: tuple[str, ...]
+    disposition: str
+    strategy: str | None
+    scd2: Scd2Options
+    hard_delete_column: str | None
+    dedup_sort: tuple[str, str] | None
+    partition_by: tuple[str, ...]
+    partitions_def: dg.PartitionsDefinition | None
+    pool: str | None
+    cursors: Mapping[str, IncrementalSpec]  # parameter name -> spec
+    table: TableRef
+    # secrets.toml: where it is and which parameters it fed when the code loaded. Never values:
+    # those are read inside each run (see secrets.py).
+    secrets: SecretsFile | None = None
+    secret_params: tuple[str, ...] = ()
+    # parameter name -> where its cursor type is set (config key and value), for error messages
+    cursor_origins: Mapping[str, str] = field(default_factory=dict)
+    # column -> description shown in the table's column schema (hints, else the docstring)
+    column_descriptions: Mapping[str, str] = field(default_factory=dict)
+    # the cursor must be within this of now (the cursor_fresh check); None: no such check
+    freshness: timedelta | None = None
+    # how a failed asset check shows in the UI
+    check_severity: str = "WARN"
+
+    @property
+    def window_column(self) -> str | None:
+        """The column a window replace acts on: the first cursor's, when it is a plain column."""
+        for spec in self.cursors.values():
+            path = spec.cursor_path
+            if path and not any(c in path for c in ".$["):
+                return path
+        return None
+
+    def warnings(self) -> list[str]:
+        """Settings that have no effect with this disposition (dlt warns about the same ones)."""
+        out = []
+        if self.disposition == "merge" and self.strategy == "delete-insert" and not (self.primary_key or self.merge_key):
+            out.append("merge/delete-insert without primary_key or merge_key appends every row (nothing to match on)")
+        if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
+            out.append("upsert ignores merge_key; it matches on primary_key only")
+        if self.dedup_sort and not self.primary_key:
+            out.append(f"dedup_sort on {self.dedup_sort[0]!r} is ignored without a primary_key")
+        if self.disposition != "merge" and self.hard_delete_column:
+            out.append(f"hard_delete on {self.hard_delete_column!r} only applies to disposition = \"merge\"")
+        return [f"asset {self.name!r}: {text}" for text in out]
+
+    def write_settings(self) -> dict[str, Any]:
+        return {
+            "disposition": self.disposition,
+            "strategy": self.strategy,
+            "primary_key": list(self.primary_key),
+            "merge_key": list(self.merge_key),
+            "hard_delete_column": self.hard_delete_column,
+            "dedup_sort": list(self.dedup_sort) if self.dedup_sort else None,
+            "cursor_column": self.window_column,
+            "partition_by": list(self.partition_by),
+            **({"scd2": self._scd2_settings()} if self.strategy == "scd2" else {}),
+        }
+
+    def _scd2_settings(self) -> dict[str, Any]:
+        """Only the scd2 options in force: unset ones (None) would read as a block of nulls."""
+        options = {
+            "validity_column_names": list(self.scd2.validity_column_names),
+            "active_record_timestamp": md.json_safe(self.scd2.active_record_timestamp),
+            "boundary_timestamp": md.json_safe(self.scd2.boundary_timestamp),
+            "row_version_column_name": self.scd2.row_version_column_name,
+        }
+        return {k: v for k, v in options.items() if v is not None}
+
+
+
+def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **decorator: Any) -> AssetSettings:
+    """Decorator arguments < config.toml < environment, validated by the one settings schema."""
+    from dagster_incremental.settings.config import load_config
+
+    cfg = load_config(config_path)
+    asset_name = decorator.get("name") or func.__name__
+    asset_cfg = cfg.asset(asset_name)
+    options = cfg.resolve_asset(asset_name, {k: v for k, v in decorator.items() if k in _OPTION_ARGS})
+    write = options.write_disposition or WriteDisposition(disposition="append")
+    parts_def = decorator.get("partitions_def")
+    if options.partitions is not None:
+        parts_def = _partitions_from_config(options.partitions)
+    if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
+        raise IncrementalConfigError(
+            f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
+            f"(time windows drive backfills), got {type(parts_def).__name__}"
+        )
+    prefix_parts = options.key_prefix or ()
+    secrets = SecretsFile.beside(cfg)
+    # Checked now so a stray key fails the code location; the values read here are dropped.
+    secret_params = tuple(function_arguments(secrets.load(), asset_name, func, reserved=reserved_params(func)))
+    spec_arguments = {arg: a.spec_arguments() for arg, a in options.arguments.items()}
+    cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
+    table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
+    hints = {column: h.given() for column, h in (options.columns or {}).items()}
+    return AssetSettings(
+        name=asset_name,
+        key_prefix=prefix_parts,
+        group_name=options.group_name,
+        description=options.description or inspect.getdoc(func),
+        primary_key=options.primary_key or (),
+        merge_key=options.merge_key or (),
+        disposition=write.disposition,
+        strategy=write.merge_strategy,
+        scd2=Scd2Options(**write.scd2_options()),
+        hard_delete_column=options.hard_delete_column,
+        dedup_sort=options.dedup_sort,
+        partition_by=options.partition_by or (),
+        partitions_def=parts_def,
+        pool=options.concurrency_pool,
+        cursors=cursors,
+        table=table,
+        secrets=secrets,
+        secret_params=secret_params,
+        cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
+        column_descriptions=column_descriptions(func, hints),
+        freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
+        check_severity=options.check_severity,
+    )
+
+
+def column_descriptions(func: Callable[..., Any], hints: Mapping[str, Any]) -> dict[str, str]:
+    """Column descriptions: a `description` hint wins over a `Columns:` section of the docstring
+    (Google style: one `name: text` line per column, indented under the heading)."""
+    out = _docstring_columns(inspect.getdoc(func) or "")
+    out.update({c: h["description"] for c, h in hints.items() if isinstance(h, Mapping) and h.get("description")})
+    return out
+
+
+def _docstring_columns(doc: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    inside, current = False, None
+    for line in doc.splitlines():
+        if line.strip() in ("Columns:", "Columns"):
+            inside = True
+            continue
+        if not inside:
+            continue
+        if line and not line[0].isspace():
+            break  # the next section
+        name, sep, text = line.strip().partition(":")
+        if sep and name and " " not in name.strip("`"):
+            current = name.strip("`")
+            out[current] = text.strip()
+        elif current and line.strip():
+            out[current] = f"{out[current]} {line.strip()}"  # a continuation line
+    return out
+
+
+def _cursor_origins(func, asset_name: str, cursors: Mapping[str, Any], from_config, cfg) -> dict[str, str]:
+    """Per cursor, the setting that decides its type: a config key, else the signature default."""
+    out = {}
+    for arg in cursors:
+        given = from_config.get(arg, {})
+        key = next((k for k in ("cursor_type", "initial_value", "end_value") if k in given), None)
+        if key is not None:
+            out[arg] = f"{cfg.where(asset_name, arg, key)} = {given[key]!r}"
+        else:
+            out[arg] = f"the default incremental(...) of parameter {arg!r} of {func.__name__}()"
+    return out
+
+
+def _partitions_from_config(partitions) -> dg.TimeWindowPartitionsDefinition:
+    """config.toml's `partitions = {schedule, start, end_offset, timezone}` as Dagster partitions."""
+    cls = PARTITION_SCHEDULES[partitions.schedule]
+    return cls(start_date=partitions.start_datetime, end_offset=partitions.end_offset, timezone=partitions.timezone)
+
+
+def _is_incremental_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
+    if isinstance(annotation, type) and issubclass(annotation, Incremental):
+        return True
+    if isinstance(annotation, str):
+        return annotation.split(".")[-1] in ("Incremental", "Incremental | None", "Optional[Incremental]")
+    return isinstance(param.default, IncrementalSpec)
+
+
+def reserved_params(func) -> dict[str, str]:
+    """Parameters secrets.toml may not set, with the reason (for its error message)."""
+    out = {}
+    for index, param in enumerate(inspect.signature(func).parameters.values()):
+        if _is_incremental_param(param):
+            out[param.name] = "an incremental argument (its cursor comes from config.toml)"
+        elif index == 0 and param.name in ("context", "ctx"):
+            out[param.name] = "the context parameter"
+    return out
+
+
+def _resolve_cursors(
+    func, asset_name: str, from_config: Mapping[str, Mapping[str, Any]], cfg, secret_params: Sequence[str] = ()
+) -> dict[str, IncrementalSpec]:
+    signature = inspect.signature(func)
+    params = list(signature.parameters.values())
+    cursors: dict[str, IncrementalSpec] = {}
+    for index, param in enumerate(params):
+        if _is_incremental_param(param):
+            cursors[param.name] = _cursor_spec(asset_name, param, from_config.get(param.name, {}), cfg)
+        elif index == 0 and param.name in ("context", "ctx"):
+            continue
+        elif param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        elif param.default is inspect.Parameter.empty and param.name not in secret_params:
+            raise IncrementalConfigError(
+                f"asset {asset_name!r}: parameter {param.name!r} of {func.__name__}() is neither the "
+                "context (first parameter) nor annotated `Incremental`; give it a default, remove it, "
+                f"or give it a value in secrets.toml: [assets.{asset_name}] {param.name} = \"...\""
+            )
+    unknown = set(from_config) - set(cursors)
+    if unknown:
+        arg = sorted(unknown)[0]
+        raise IncrementalConfigError(
+            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental` "
+            f"(it has: {', '.join(cursors) or 'none'})"
+        )
+    return cursors
+
+
+def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> IncrementalSpec:
+    default = param.default if isinstance(param.default, IncrementalSpec) else None
+    location = cfg.where(asset_name, param.name)
+    try:
+        if default is not None:
+            return default.replace(**given) if given else default
+        if "cursor_path" not in given:
+            raise IncrementalConfigError(
+                f"asset {asset_name!r}: parameter {param.name!r} has no cursor spec; add `cursor_path = \"...\"` "
+                f"under {location} or give it a default: {param.name}: Incremental = incremental(\"...\")"
+            )
+        args = dict(given)
+        return incremental(args.pop("cursor_path"), **args)
+    except IncrementalConfigError as exc:
+        if str(exc).startswith(str(location).split(":")[0]):
+            raise
+        raise IncrementalConfigError(f"{location}: {exc}") from exc
+
+

@@ -1,0 +1,190 @@
+"""@incremental_asset: a resource function becomes a Dagster asset with a cursor.
+
+The asset's settings are resolved when the code location loads (asset_settings.py); each
+materialization is one run of `run.Runner`, its asset checks declared here (checks.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, overload
+
+import dagster as dg
+
+from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.cursor.spec import Incremental, incremental
+
+from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings
+from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
+
+
+@overload
+def incremental_asset(fn: Callable[..., Any], /) -> dg.AssetsDefinition: ...
+
+
+@overload
+def incremental_asset(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    merge_key: str | Sequence[str] | None = None,
+    write_disposition: str | Mapping[str, Any] = "append",
+    columns: Mapping[str, Mapping[str, Any]] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_by: str | Sequence[str] | None = None,
+    config_path: str | None = None,
+    io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str | None = None,
+    **asset_kwargs: Any,
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]: ...
+
+
+def incremental_asset(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    key_prefix: str | Sequence[str] | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    primary_key: str | Sequence[str] | None = None,
+    merge_key: str | Sequence[str] | None = None,
+    write_disposition: str | Mapping[str, Any] = "append",
+    columns: Mapping[str, Mapping[str, Any]] | None = None,
+    partitions_def: dg.PartitionsDefinition | None = None,
+    partition_by: str | Sequence[str] | None = None,
+    config_path: str | None = None,
+    io_manager_key: str = "io_manager",
+    freshness: timedelta | str | float | None = None,
+    check_severity: str | None = None,
+    **asset_kwargs: Any,
+) -> dg.AssetsDefinition | Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """Declare a resource function as an incremental Dagster asset.
+
+    The parameter annotated `Incremental` receives the bound cursor run; its spec comes from
+    config.toml (`[assets.<name>.<parameter>]`), else from a default in the signature
+    (`updated_at: Incremental = incremental("updated_at")`). The function may yield dict rows or
+    pages, or return/yield pyarrow Tables, pandas DataFrames or a pyspark DataFrame.
+
+    Other parameters can receive credentials from secrets.toml (`[assets.<name>] api_token =
+    "..."` -> `api_token: str | None = None`), read inside each run and masked in its logs.
+
+    `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
+    cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
+    Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
+
+    Examples:
+        .. code-block:: python
+
+            @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"})
+            def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+                yield from fetch_orders(since=updated_at.start_value, until=updated_at.end_value)
+
+            defs = dg.Definitions(
+                assets=[orders],
+                resources={"io_manager": SparkTableIOManager.from_config()},
+            )
+    """
+
+    def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
+        settings = resolve_settings(
+            func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
+            primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
+            columns=columns, partitions_def=partitions_def, partition_by=partition_by,
+            config_path=config_path, freshness=freshness, check_severity=check_severity,
+        )
+        return _build_asset(func, settings, io_manager_key, asset_kwargs)
+
+    return decorate(fn) if fn is not None else decorate
+
+
+# -- the Dagster asset ----------------------------------------------------------------------------
+
+
+def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
+    cursors = {
+        name: {
+            "cursor_path": spec.cursor_path,
+            "initial_value": md.json_safe(spec.initial_value),
+            "end_value": md.json_safe(spec.end_value),
+            "last_value_func": spec.last_value_func if isinstance(spec.last_value_func, str) else "custom",
+        }
+        for name, spec in settings.cursors.items()
+    }
+    out: dict[str, Any] = {
+        md.TABLE_NAME: dg.MetadataValue.text(settings.table.display),
+        md.DEF_WRITE_DISPOSITION: dg.MetadataValue.text(
+            settings.disposition + (f" ({settings.strategy})" if settings.strategy else "")
+        ),
+        md.DEF_PRIMARY_KEY: dg.MetadataValue.json(list(settings.primary_key)),
+        md.DEF_CURSORS: dg.MetadataValue.json(cursors),
+        md.DEF_WRITE_SETTINGS: dg.MetadataValue.json(settings.write_settings()),
+    }
+    if settings.merge_key:
+        out[md.DEF_MERGE_KEY] = dg.MetadataValue.json(list(settings.merge_key))
+    if settings.window_column:
+        out[md.DEF_WINDOW_COLUMN] = dg.MetadataValue.text(settings.window_column)
+    return out
+
+
+def _description(settings: AssetSettings) -> str:
+    lines = [settings.description.strip()] if settings.description else []
+    cursor_text = ", ".join(
+        f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}" for spec in settings.cursors.values()
+    )
+    write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
+    keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
+    lines.append(
+        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.display}."
+    )
+    return "\n\n".join(lines)
+
+
+def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwargs: Mapping[str, Any]) -> dg.AssetsDefinition:
+    runner = Runner(func, settings, io_manager_key)
+    kwargs = dict(asset_kwargs)
+    if settings.partitions_def is not None:
+        kwargs.setdefault("backfill_policy", dg.BackfillPolicy.single_run())
+    # Each asset gets its own pool: limited to 1 in dagster.yaml, runs of one asset wait their
+    # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
+    kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
+    kwargs.setdefault("kinds", {"spark", "iceberg"})
+    if checks.check_specs(settings):
+        kwargs["check_specs"] = [*kwargs.get("check_specs", ()), *checks.check_specs(settings)]
+
+    def compute(context: dg.AssetExecutionContext, config: IncrementalRunConfig):
+        yield from runner.run(context, config)
+
+    compute.__name__ = settings.name
+    compute.dagster_incremental_settings = settings  # read back by incremental_settings()
+    # Dagster reads these annotations at definition time: give it classes, not postponed strings.
+    compute.__annotations__ = {"context": dg.AssetExecutionContext, "config": IncrementalRunConfig}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # backfill_policy on @asset is a beta parameter
+        return dg.asset(
+            compute,
+            name=settings.name,
+            key_prefix=list(settings.key_prefix) or None,
+            group_name=settings.group_name,
+            description=_description(settings),
+            partitions_def=settings.partitions_def,
+            io_manager_key=io_manager_key,
+            required_resource_keys={io_manager_key},
+            metadata=_definition_metadata(settings),
+            **kwargs,
+        )
+
+
+def incremental_settings(asset: dg.AssetsDefinition) -> AssetSettings | None:
+    """The settings an `@incremental_asset` was built with (None for any other asset)."""
+    compute = getattr(getattr(asset.op, "compute_fn", None), "decorated_fn", None)
+    return getattr(compute, "dagster_incremental_settings", None)
+
+

@@ -1,0 +1,387 @@
+"""One materialization of an incremental asset, from cursor to commit.
+
+Plan the mode (incremental, backfill, full refresh), resolve the cursor in force (Dagster
+metadata reconciled with the table commit), bind the specs, call the function, filter and stage
+what it yields, and hand the batch to the IO manager, which commits rows and cursor together.
+A long range with `step` runs as slices (slices.py); the asset checks follow the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
+from dagster_incremental.cursor.spec import IncrementalSpec, incremental
+from dagster_incremental.cursor.state import AssetState
+from dagster_incremental.dagster.masking import Redactor
+from dagster_incremental.settings.secrets import Secrets, function_arguments
+from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
+from dagster_incremental.spark.staging import stage_batches
+from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
+from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
+from dagster_incremental.spark.write_spec import (
+    CommitInfo,
+    IncrementalBatch,
+    WindowReplace,
+    WriteSpec,
+)
+
+from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
+
+
+class IncrementalRunConfig(dg.Config):
+    """Per-run choices (Launchpad, `--config-json`, a sensor's RunRequest).
+
+    Leave everything empty for a normal incremental run.
+    """
+
+    initial_value: str | None = None  # with end_value: the start of a stateless backfill
+    end_value: str | None = None  # a stateless backfill of [initial_value, end_value)
+    full_refresh: bool = False  # reset the cursor to initial_value and replace the table
+
+
+
+def load_run_secrets(settings: AssetSettings, func, reserved: Mapping[str, str] | None = None, *,
+                     strict: bool = True) -> tuple[dict[str, Any], Redactor]:
+    """Read secrets.toml now (inside the run): `func`'s secret kwargs and a Redactor of every secret.
+
+    A parameter without default that secrets.toml fed when the code loaded must still be fed.
+    """
+    if settings.secrets is None:
+        return {}, Redactor(())
+    secrets: Secrets = settings.secrets.load()
+    kwargs = function_arguments(secrets, settings.name, func, reserved=reserved, strict=strict)
+    if strict:
+        for name, param in inspect.signature(func).parameters.items():
+            if name in settings.secret_params and name not in kwargs and param.default is inspect.Parameter.empty:
+                raise IncrementalConfigError(
+                    f"{secrets.where(settings.name)}: no longer gives parameter {name!r} of "
+                    f"{func.__name__}(), which has no default; add `{name} = \"...\"` back"
+                )
+    return kwargs, Redactor(secrets.values())
+
+
+@dataclass
+class Plan:
+    """How this run binds its cursors and writes (derived from partitions and run config)."""
+
+    mode: str  # "incremental" | "backfill"
+    scope: str | None = None  # partition key whose cursor this run advances
+    window: tuple[Any, Any] | None = None
+    window_replace: bool = False
+    full_refresh: bool = False
+    stateless: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
+
+
+class Runner:
+    """Executes one materialization of an incremental asset."""
+
+    def __init__(self, func, settings: AssetSettings, io_manager_key: str):
+        self.func = func
+        self.settings = settings
+        self.io_manager_key = io_manager_key
+        self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
+        self.sliced = sliced_argument(settings)  # the argument whose step cuts runs into slices
+
+    def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
+        try:
+            secret_kwargs, redactor = load_run_secrets(self.settings, self.func, reserved_params(self.func))
+        except IncrementalConfigError as exc:  # its text names file, section and key, never a value
+            raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
+        # Every context.log line of this run (ours and the function's) is masked before Dagster
+        # stores it; errors that carry a secret are re-raised masked (_masked_failure).
+        with redactor.masking_logs(context.log):
+            output, state, written = self._run(context, config, secret_kwargs, redactor)
+        # The IO manager stores the output before this generator resumes: the checks see the
+        # table as this run committed it.
+        yield output
+        io = getattr(context.resources, self.io_manager_key)
+        yield from checks.evaluate_checks(context, io, self.settings, written, state)
+
+    def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
+        started = datetime.now(timezone.utc)
+        for warning in self.settings.warnings():
+            context.log.warning(warning)
+        io = getattr(context.resources, self.io_manager_key)
+        plan = self._plan(context, config)
+        stored, table_snapshot = self._stored_states(context, io, plan)
+        if plan.scope is not None and stored[plan.scope].state is None:
+            # The open window's first run loads the whole window: replace what a backfill may
+            # already have put there instead of adding to it.
+            plan.window_replace = True
+        spec = self.write_spec(io, context.asset_key, plan)
+        with user_errors(context.asset_key.to_user_string(), redactor):
+            in_force = self._state_in_force(context, stored, plan)
+            self._check_write_keys(in_force, plan)
+            runs = self.bind(context, plan, in_force)
+            slices = plan_slices(runs, self.sliced)
+            if slices is None:
+                frame, staged = self.load(context, io, runs, spec, secret_kwargs)
+        if slices is not None:
+            return SlicedRun(self, context, io, plan, stored, spec, started).run(
+                runs, slices, in_force, table_snapshot, secret_kwargs, redactor
+            )
+        state = self.state_after(runs, plan, stored)
+        batch = self.batch_for(
+            context, plan, spec, frame, staged, state, table_snapshot, started, self.window_replace(plan, runs)
+        )
+        return self.output(context, batch, plan, stored, state, self.loaded_window(runs, plan)), state, batch
+
+    def load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any]):
+        """Call the function, filter and stage what it gives: (the writer's data, the staged batch)."""
+        output = self._call(context, runs, secret_kwargs)
+        staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
+        return drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec), staged
+
+    def batch_for(self, context, plan: Plan, spec: WriteSpec, frame, staged, state, expected_snapshot, started,
+               window: WindowReplace | None) -> IncrementalBatch:
+        """What the IO manager commits: the rows and, on an incremental run, the cursor after them."""
+        return IncrementalBatch(
+            spec=spec,
+            data=frame,
+            commit=CommitInfo(
+                state=state if plan.mode == "incremental" else None,
+                run_id=context.run_id,
+                scope=plan.scope,
+            ),
+            mode=plan.mode,
+            window=window,
+            full_refresh=plan.full_refresh,
+            run_started_at=started,
+            check_stale=plan.mode == "incremental",
+            expected_snapshot_id=expected_snapshot,
+            deduplicated=staged.deduplicated,
+            column_descriptions=self.settings.column_descriptions,
+        )
+
+    def output(self, context, value: Any, plan: Plan, stored, state, window, extra: Mapping[str, Any] | None = None):
+        """The Output with the run's metadata; a partition range gets it per partition."""
+        run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
+        if context.has_partition_key or context.has_partition_key_range:
+            keys = context.partition_keys
+            scope = dg.MetadataValue.text(_counts_scope(keys))
+            for key in keys:
+                kept = state if key == plan.scope else self._unchanged_state(stored, key)
+                context.add_asset_metadata(
+                    {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
+                )
+            return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
+        return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
+
+    # -- planning --------------------------------------------------------------------------------
+
+    def _plan(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig) -> Plan:
+        partitioned = context.has_partition_key or context.has_partition_key_range
+        if partitioned:
+            if config.end_value or config.initial_value:
+                raise dg.Failure(
+                    "initial_value/end_value run config is for unpartitioned assets; "
+                    "launch a backfill of partitions instead"
+                )
+            tw = context.partition_time_window
+            keys = context.partition_keys
+            is_open = len(keys) == 1 and tw.end > datetime.now(timezone.utc) and not config.full_refresh
+            if is_open:
+                return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end))
+            return Plan(mode="backfill", window=(tw.start, tw.end), window_replace=True, stateless=True)
+        if config.full_refresh:
+            return Plan(mode="incremental", full_refresh=True)
+        if config.end_value is not None:
+            overrides = {"end_value": config.end_value}
+            if config.initial_value is not None:
+                overrides["initial_value"] = config.initial_value
+            return Plan(mode="backfill", window_replace=True, stateless=True, overrides=overrides)
+        if config.initial_value is not None:
+            raise dg.Failure("initial_value in run config needs end_value too (a backfill of [initial_value, end_value))")
+        return Plan(mode="incremental")
+
+    def _stored_states(self, context, io, plan: Plan) -> tuple[dict[str | None, StoredState], int | None]:
+        """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
+        that holds the cursor of the scope this run advances (for the stale-writer check)."""
+        key = context.asset_key
+        if plan.full_refresh:
+            table_state = io.committed_state(key)
+            return {None: StoredState(state=None, source="none")}, _snapshot_id(table_state)
+        scopes: list[str | None]
+        if context.has_partition_key or context.has_partition_key_range:
+            scopes = list(context.partition_keys)
+        else:
+            scopes = [None]
+        out: dict[str | None, StoredState] = {}
+        table_snapshot = None
+        for scope in scopes:
+            dagster_state = latest_dagster_state(context.instance, key, partition=scope)
+            table_state = None
+            if scope == plan.scope:
+                table_state = io.committed_state(key, scope=scope)
+                table_snapshot = _snapshot_id(table_state)
+            out[scope] = reconcile(dagster_state, table_state)
+        return out, table_snapshot
+
+    def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:
+        """The stored state of the scope this run continues, read (and checked) as typed values."""
+        chosen = stored.get(plan.scope)
+        state = AssetState.from_dict(chosen.state if chosen else None, list(self.settings.cursors))
+        if chosen is not None and chosen.state is not None:
+            only = state.cursor(None)
+            context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
+        return state
+
+    def bind(self, context, plan: Plan, in_force: AssetState, windows: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006
+        """Bind every cursor (`windows`: a narrower window for some, e.g. a slice's)."""
+        runs = {}
+        for name, spec in self.settings.cursors.items():
+            if plan.overrides:
+                spec = spec.replace(**_typed_overrides(spec, plan.overrides))
+            cursor_state = in_force.cursor(name)
+            try:
+                run = spec.bind(
+                    None if plan.stateless else cursor_state,
+                    window=windows.get(name, plan.window),
+                    stateless=plan.stateless,
+                    inherited_primary_key=self.settings.primary_key or None,
+                )
+            except CursorStateMismatch as exc:
+                if "cursor_type" not in getattr(exc, "changed", ()):
+                    raise
+                origin = self.settings.cursor_origins.get(name, f"parameter {name!r}")
+                raise CursorStateMismatch(f"{exc} The new cursor type comes from {origin}.") from None
+            context.log.info(
+                f"{name}: {plan.mode} run of {spec.cursor_path} from {run.start_value!r}"
+                + (f" to {run.end_value!r}" if run.end_value is not None else "")
+            )
+            runs[name] = run
+        return runs
+
+    def write_spec(self, io, asset_key: dg.AssetKey, plan: Plan) -> WriteSpec:
+        from dagster_incremental.dagster.io_manager import write_spec_from_settings
+
+        settings = self.settings.write_settings()
+        if plan.full_refresh:
+            settings.update(disposition="replace", strategy=None)
+        return write_spec_from_settings(io.table_name(asset_key), settings)
+
+    def window_replace(self, plan: Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
+        if not plan.window_replace:
+            return None
+        column = self.settings.window_column
+        if column is None or self.settings.strategy == "scd2":
+            return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
+        if plan.window is not None:
+            start, end = plan.window
+        else:
+            run = next(iter(runs.values()))
+            start, end = run.start_value, run.end_value
+        return WindowReplace(column=column, start=start, end=end)
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def _call(self, context, runs: Mapping[str, Any], secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
+        kwargs = {**secret_kwargs, **runs}
+        if self.takes_context:
+            return self.func(context, **kwargs)
+        return self.func(**kwargs)
+
+    def state_after(self, runs: Mapping[str, Any], plan: Plan, stored) -> Any:
+        if plan.mode == "backfill":
+            return self._unchanged_state(stored, plan.scope)
+        return AssetState.of({name: run.cursor_state for name, run in runs.items()}, self._write_keys()).to_dict()
+
+    def _write_keys(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "primary_key": list(s.primary_key),
+            "merge_key": list(s.merge_key),
+            "write_disposition": s.disposition + (f"/{s.strategy}" if s.strategy else ""),
+        }
+
+    def _check_write_keys(self, in_force: AssetState, plan: Plan) -> None:
+        """Keys decide what a merge matches: rows written under other keys must not be mixed in."""
+        before = in_force.write_keys
+        now = self._write_keys()
+        if plan.full_refresh or before is None or before == now:
+            return
+        changed = ", ".join(f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k])
+        raise CursorStateMismatch(
+            f"the table was written with other keys than the asset now declares ({changed}); "
+            "run a full refresh to rebuild it with the new keys: launch the asset with run config "
+            "`{ops: {" + self.settings.name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
+            "`dagster asset materialize ... --config-json` with the same."
+        )
+
+    @staticmethod
+    def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
+        entry = stored.get(scope)
+        return entry.state if entry is not None and entry.state is not None else AssetState.of({}).to_dict()
+
+    @staticmethod
+    def loaded_window(runs: Mapping[str, Any], plan: Plan) -> list[Any]:
+        if plan.window is not None and plan.mode == "backfill":
+            return [plan.window[0], plan.window[1]]
+        run = next(iter(runs.values()), None)
+        if run is None:
+            return [None, None]
+        end = run.end_value if run.end_value is not None else run.last_value
+        return [run.start_value, end]
+
+
+@contextlib.contextmanager
+def user_errors(asset: str, redactor: Redactor):
+    """Errors of the cursor and of the user's function as the run reports them: a library error
+    is a Failure naming the asset; any error whose text holds a secret is re-raised masked."""
+    try:
+        yield
+    except IncrementalError as exc:
+        if redactor.leaks(exc):
+            raise _masked_failure(asset, exc, redactor) from None
+        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
+    except Exception as exc:
+        if redactor.leaks(exc):
+            raise _masked_failure(asset, exc, redactor) from None
+        raise
+
+
+def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:
+    """A Failure in place of an exception whose text holds a secret: same type name and
+    traceback, each secret replaced by ***. Raise it `from None` so the original is not stored."""
+    return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
+
+
+def _counts_scope(keys: Sequence[str]) -> str:
+    """Says what the row figures of a partition's materialization count: one commit writes a
+    whole range, so its counts are the range's, not each partition's."""
+    table = "dagster/row_count is the whole table's row count"
+    if len(keys) == 1:
+        return f"rows_inserted/rows_updated/rows_deleted are this partition's; {table}"
+    return (
+        f"rows_inserted/rows_updated/rows_deleted are for the run's whole range {keys[0]}...{keys[-1]} "
+        f"({len(keys)} partitions, one commit), not this partition alone; {table}"
+    )
+
+
+def _snapshot_id(committed: Any) -> int | None:
+    return committed.snapshot_id if committed is not None else None
+
+
+def _typed_overrides(spec: IncrementalSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Run config values arrive as text: give numbers back their type for numeric cursors."""
+    reference = spec.initial_value
+    out = {}
+    for key, value in overrides.items():
+        if isinstance(reference, (int, float)) and not isinstance(reference, bool) and isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError:
+                value = float(value)
+        out[key] = value
+    return out
