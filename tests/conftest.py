@@ -59,8 +59,9 @@ def instance():
 
 
 def pytest_collection_modifyitems(items):
-    """A test that uses the shared session (directly or through a fixture) is a `spark` test, so
-    `pytest -m "not spark"` is the fast suite without anyone having to remember the marker."""
+    """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
+    directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
+    suite without anyone having to remember the marker."""
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)

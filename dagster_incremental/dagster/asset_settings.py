@@ -18,15 +18,11 @@ from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
-from dagster_incremental.settings.schema import WriteDisposition
+from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import Scd2Options
 
-
-# the decorator arguments that are settings options (checked by the schema, as config.toml's)
-_OPTION_ARGS = ("key_prefix", "group_name", "description", "primary_key", "merge_key", "write_disposition",
-                "columns", "partition_by", "freshness", "check_severity")
 
 PARTITION_SCHEDULES = {
     "hourly": dg.HourlyPartitionsDefinition,
@@ -123,7 +119,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     cfg = load_config(config_path)
     asset_name = decorator.get("name") or func.__name__
     asset_cfg = cfg.asset(asset_name)
-    options = cfg.resolve_asset(asset_name, {k: v for k, v in decorator.items() if k in _OPTION_ARGS})
+    # the decorator's arguments that are asset options get the schema's checks, as config.toml's
+    options = cfg.resolve_asset(asset_name, {k: v for k, v in decorator.items() if k in AssetOptions.keys()})
     write = options.write_disposition or WriteDisposition(disposition="append")
     parts_def = decorator.get("partitions_def")
     if options.partitions is not None:

@@ -22,7 +22,7 @@ Environment variables win over the file (values are always strings):
     DAGSTER_INCREMENTAL_SECRETS__SPARK__CONF__<KEY>   (SPARK_HADOOP_FS_S3A_SECRET_KEY ->
                                                       spark.hadoop.fs.s3a.secret.key, as config.toml)
 Asset and parameter names match case-insensitively. The prefix deliberately differs from
-config.py's `DAGSTER_INCREMENTAL__`, so config loading never sees these variables.
+config.toml's `DAGSTER_INCREMENTAL__`, so config loading never sees these variables.
 
 Errors name the file, section, key and line (or the variable), never a value. `values()` lists
 what the run masks (`dagster.masking`): every string value; numbers and booleans are not secrets.

@@ -85,7 +85,7 @@ class CursorFields(NamedTuple):
 
 
 def hadoop_table_location(conf: Mapping[str, str], catalog: str, table_parts: Sequence[str]) -> Path | None:
-    """The table folder of `catalog`.`table_parts` when `conf` (spark_session.spark_conf's flat
+    """The table folder of `catalog`.`table_parts` when `conf` (spark.session.spark_conf's flat
     dict) makes `catalog` an Iceberg Hadoop catalog on the local filesystem, else None.
 
     table_parts: [namespace..., table], unquoted. None also for names Hadoop would not map to

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
-from datetime import date, datetime, timezone
+from datetime import date, timedelta, datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -228,7 +228,8 @@ def test_the_example_config_loads_cleanly():
     assert daily.get("partitions") == {"schedule": "daily", "start": date(2024, 1, 1), "end_offset": 1,
                                        "timezone": "UTC"}
     assert daily.partitions == PartitionsConfig(schedule="daily", start=date(2024, 1, 1), end_offset=1, timezone="UTC")
-    assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time", "lag": 86400}
+    assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time", "lag": 86400, "step": "P1D"}
+    assert orders.freshness == timedelta(hours=2)
 
 
 # --------------------------------------------------------------------------- warehouse

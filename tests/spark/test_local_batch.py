@@ -24,7 +24,7 @@ def spec(**kw) -> WriteSpec:
 
 
 def reference(rows: list[dict], spec: WriteSpec) -> list[dict]:
-    """merge_dedup's rule in plain Python: dedup_sort (NULL never wins), newest cursor (NULL
+    """merge/dedup.py's rule in plain Python: dedup_sort (NULL never wins), newest cursor (NULL
     never wins), last seen; survivors in arrival order."""
     best: dict[tuple, int] = {}
 
