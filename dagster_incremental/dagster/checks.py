@@ -24,7 +24,7 @@ import dagster as dg
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark.write_spec import IncrementalBatch
+from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, IncrementalBatch
 
 PRIMARY_KEY_UNIQUE = "primary_key_unique"
 CURSOR_FRESH = "cursor_fresh"
@@ -124,6 +124,9 @@ def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[
     previous = _evaluation_of(context.instance, check_key, base)
     if previous is not None:
         return previous.passed, dict(previous.metadata), previous.description or ""
+    kept = _kept_unique_by_merge(context, io, settings, batch, check_key, base)
+    if kept is not None:
+        return True, kept, f"No primary key occurs twice ({scope}): this run's MERGE on the key kept it so."
     found = io.duplicate_keys(
         table, settings.primary_key, snapshot_id=snapshot, current=_current_versions(settings), window=batch.window,
         examples=EXAMPLE_KEYS,
@@ -134,6 +137,41 @@ def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[
     examples = [md.json_safe(k[0] if len(k) == 1 else list(k)) for k in found.examples]
     meta["example_keys"] = dg.MetadataValue.json(examples)
     return False, meta, f"{found.count} primary keys occur more than once ({scope}), e.g. {examples[0]!r}."
+
+
+def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_key, base) -> dict[str, Any] | None:
+    """Metadata of a pass without counting, or None: count. A MERGE keyed on exactly the primary
+    key (upsert; delete-insert without merge_key) with a batch deduplicated on it cannot make a
+    key occur twice. So when the last count found the keys unique at snapshot P (or the table is
+    new: this run created it from its deduplicated batch) and every commit since is this run's
+    (or a compaction, which changes no row), the table is still unique: checked from the snapshot
+    lineage in the metadata files, with no Spark job. Anything else (appends, scd2, a merge_key, a
+    window, another writer's commit, a catalog whose files are not readable here) is counted."""
+    keyed_merge = settings.strategy == "upsert" or (settings.strategy == "delete-insert" and not settings.merge_key)
+    if not keyed_merge or batch.window is not None or batch.full_refresh:
+        return None
+    last = _last_count(context.instance, check_key, base["scope"].value)
+    since = int(last.metadata["snapshot_id"].value) if last is not None else None
+    commits = io.commits_since(batch.spec.table, since)
+    if not commits or not all(op == "replace" or summary.get(RUN_ID_PROPERTY) == context.run_id
+                              for op, summary in commits):
+        return None
+    origin = f"snapshot {since}" if since is not None else "the table's creation"
+    counted_by = last.metadata if last is not None else {"evaluated_in_run": dg.MetadataValue.text(context.run_id)}
+    return {**counted_by, **base, "duplicated_keys": dg.MetadataValue.int(0), "unique_since_count": dg.MetadataValue.text(
+        f"kept by this run's MERGE on the primary key since {origin}")}
+
+
+def _last_count(instance, check_key: dg.AssetCheckKey, scope: str):
+    """The newest completed evaluation when it passed over the same scope (else None)."""
+    for record in instance.event_log_storage.get_asset_check_execution_history(check_key, limit=5):
+        evaluation = record.event.asset_check_evaluation if record.event is not None else None
+        if evaluation is None:
+            continue
+        meta = evaluation.metadata
+        same = getattr(meta.get("scope"), "value", None) == scope and "snapshot_id" in meta
+        return evaluation if evaluation.passed and same and "evaluated_in_run" in meta else None
+    return None
 
 
 def _key_scope(settings, batch: IncrementalBatch) -> str:

@@ -218,6 +218,14 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
 
         return current_snapshot_id(self.spark, table)
 
+    def commits_since(self, table: TableRef, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None:
+        """The table's commits after `snapshot_id` (see TableMetadata.commits_since), from its
+        metadata files; None when they are not readable here or the snapshot is not an ancestor."""
+        readable, metadata = self._table_files(table)
+        if not readable or metadata is None:
+            return None
+        return metadata.commits_since(snapshot_id)
+
     def duplicate_keys(self, table: TableRef, keys: Sequence[str], **options: Any):
         """The primary_key_unique aggregation (spark/key_check.py) with this destination's session."""
         from dagster_incremental.spark.key_check import duplicate_keys

@@ -269,6 +269,19 @@ class TableMetadata:
             yield snapshot
             snapshot_id = snapshot.get("parent-snapshot-id")
 
+    def commits_since(self, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None:
+        """(operation, summary) of each commit after `snapshot_id` (None: every commit since the
+        table was created), newest first; None when that snapshot is not an ancestor of the
+        current one (rolled back, expired, replaced) or the history is cut (expired parents)."""
+        commits = []
+        for snapshot in self.lineage():
+            if snapshot["snapshot-id"] == snapshot_id:
+                return commits
+            commits.append(((snapshot.get("summary") or {}).get("operation", ""), _summary(snapshot)))
+            if snapshot_id is None and snapshot.get("parent-snapshot-id") is None:
+                return commits
+        return None
+
     def committed_cursor(self, scope: str | None = None) -> CursorFields | None:
         """What commit._walk_lineage returns: the newest snapshot of the lineage carrying a
         cursor (of `scope`, when given); None: no such commit."""

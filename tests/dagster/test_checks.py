@@ -90,6 +90,30 @@ def test_primary_key_unique_fails_on_a_key_loaded_twice(instance, where):
     assert values(check)["duplicated_keys"] == 1 and values(check)["example_keys"] == [1]
 
 
+def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commits(spark, instance, where, monkeypatch):
+    """A table this run created from its deduplicated batch, and after that a run whose only
+    commits are its MERGE on the key, pass without a Spark aggregation; a commit by another writer (here a plain INSERT of a duplicate) makes the next
+    run count again, and it finds the duplicate."""
+    config, io = where
+    source = {"rows": [{"id": 1, "v": "a", "updated": 1}, {"id": 2, "v": "a", "updated": 1}]}
+    asset = source_asset("pk_kept", config, "upsert", lambda: source["rows"])
+    counted = []
+    original = type(io).duplicate_keys
+    monkeypatch.setattr(type(io), "duplicate_keys", lambda self, *a, **k: counted.append(1) or original(self, *a, **k))
+    first = evaluations(materialize(asset, instance, io))["primary_key_unique"]  # a new table from a deduplicated batch
+    assert first.passed and "since the table's creation" in values(first)["unique_since_count"]
+    for updated in (2, 3):
+        source["rows"] = [{"id": 1, "v": f"v{updated}", "updated": updated}, {"id": 9, "v": "n", "updated": updated}]
+        check = evaluations(materialize(asset, instance, io))["primary_key_unique"]
+        assert check.passed and "kept by this run's MERGE" in values(check)["unique_since_count"]
+    assert counted == [], "a MERGE on the key since the last count needs no count"
+
+    spark.sql(f"INSERT INTO {io.table_name(dg.AssetKey('pk_kept')).sql} VALUES (2, 'dup', 3)")  # another writer
+    source["rows"] = [{"id": 1, "v": "v4", "updated": 4}]
+    check = evaluations(materialize(asset, instance, io))["primary_key_unique"]
+    assert counted == [1] and not check.passed and values(check)["example_keys"] == [2]
+
+
 # -- cursor_fresh ---------------------------------------------------------------------------------
 
 
