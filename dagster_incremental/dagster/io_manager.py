@@ -261,7 +261,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 result = self.writer.write(
                     spec, obj, commit=CommitInfo(state=None, run_id=context.run_id), window=window
                 )
-            context.add_output_metadata(_result_metadata(spec.table, result))
+            context.add_output_metadata(result_metadata(spec.table, result))
             return
         raise IncrementalConfigError(
             f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "
@@ -270,7 +270,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
 
     def _write_batch(self, context: dg.OutputContext, obj: IncrementalBatch) -> None:
         result, _ = self.commit_batch(obj, context.asset_key, context.log)
-        context.add_output_metadata(_result_metadata(obj.spec.table, result, obj.column_descriptions))
+        context.add_output_metadata(result_metadata(obj.spec.table, result, obj.column_descriptions))
 
     def commit_batch(self, batch: IncrementalBatch, asset_key: dg.AssetKey, log: Any) -> tuple[WriteResult, int | None]:
         """Commit `batch` (rows and cursor in one commit, as handle_output does) and return what
@@ -392,7 +392,8 @@ def _nothing_to_commit(batch: IncrementalBatch, current: Any) -> bool:
     return state_json(resumable(batch.commit.state)) == state_json(resumable(current.state))
 
 
-def _result_metadata(table: TableRef, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+def result_metadata(table: TableRef, result: WriteResult, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a commit did, as materialization metadata (a sliced run reports its totals with it)."""
     return {
         md.ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
         md.ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),

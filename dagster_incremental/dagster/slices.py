@@ -156,11 +156,11 @@ class SlicedRun:
         summed = dataclasses.replace(
             totals.last, rows_inserted=totals.inserted, rows_updated=totals.updated, rows_deleted=totals.deleted
         )
-        from dagster_incremental.dagster.io_manager import _result_metadata
+        from dagster_incremental.dagster.io_manager import result_metadata
 
         extra = {
             md.SLICES: dg.MetadataValue.json([totals.committed, planned]),
-            **_result_metadata(self.spec.table, summed, self.runner.settings.column_descriptions),
+            **result_metadata(self.spec.table, summed, self.runner.settings.column_descriptions),
         }
         if self.plan.mode == "backfill":
             window = self.runner.loaded_window({self.name: whole}, self.plan)
