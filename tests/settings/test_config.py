@@ -229,7 +229,7 @@ def test_the_example_config_loads_cleanly():
                                        "timezone": "UTC"}
     assert daily.partitions == PartitionsConfig(schedule="daily", start=date(2024, 1, 1), end_offset=1, timezone="UTC")
     assert dict(daily.incremental("event_time")) == {"cursor_path": "event_time", "lag": 86400, "step": "P1D"}
-    assert orders.freshness == timedelta(hours=2)
+    assert orders.freshness == timedelta(days=1)
 
 
 # --------------------------------------------------------------------------- warehouse
