@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from pyspark.sql import DataFrame
 
@@ -23,15 +22,13 @@ from dagster_incremental.spark.merge.sql import (
     keys_equal,
     merge,
     prune_condition,
-    written_columns,
 )
-from dagster_incremental.spark.merge.strategy import Prune
-from dagster_incremental.spark.sql import column_list, quote
-from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.merge.strategy import Prune, SqlMergeStrategy
+from dagster_incremental.spark.sql import column_list
 from dagster_incremental.spark.write_spec import WriteSpec
 
 
-class DeleteInsert:
+class DeleteInsert(SqlMergeStrategy):
     """The MergeStrategy "delete-insert"."""
 
     def prepare_batch(
@@ -46,19 +43,8 @@ class DeleteInsert:
         )
         return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
 
-    def merge_statement(
-        self,
-        spec: WriteSpec,
-        *,
-        target: TableRef,
-        source_view: str,
-        columns: Sequence[str],
-        run_started_at: datetime,
-        prune: Prune = (),
-    ) -> tuple[str, dict[str, Any]]:
-        params = Params()
-        text = statement(spec, target.sql, quote(source_view), written_columns(columns), prune, params)
-        return text, dict(params.values)
+    def statement(self, spec, target, view, columns, prune, params, run_started_at) -> str:
+        return statement(spec, target, view, columns, prune, params)
 
 
 def statement(spec: WriteSpec, target: str, view: str, columns: Sequence[str], prune: Prune, params: Params) -> str:

@@ -48,11 +48,9 @@ from dagster_incremental.spark.merge.sql import (
     keys_equal,
     merge,
     prune_condition,
-    written_columns,
 )
-from dagster_incremental.spark.merge.strategy import Prune
+from dagster_incremental.spark.merge.strategy import Prune, SqlMergeStrategy
 from dagster_incremental.spark.sql import column_list, quote
-from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
 
 ROW_HASH = "_row_hash"
@@ -177,7 +175,7 @@ def add_columns(
 # --- the strategy -------------------------------------------------------------------------------
 
 
-class Scd2:
+class Scd2(SqlMergeStrategy):
     """The MergeStrategy "scd2"."""
 
     def prepare_batch(
@@ -200,20 +198,8 @@ class Scd2:
         )
         return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
 
-    def merge_statement(
-        self,
-        spec: WriteSpec,
-        *,
-        target: TableRef,
-        source_view: str,
-        columns: Sequence[str],
-        run_started_at: datetime,
-        prune: Prune = (),
-    ) -> tuple[str, dict[str, Any]]:
-        params = Params()
-        view = quote(source_view)
-        text = statement(spec, target.sql, view, written_columns(columns), prune, params, run_started_at=run_started_at)
-        return text, dict(params.values)
+    def statement(self, spec, target, view, columns, prune, params, run_started_at) -> str:
+        return statement(spec, target, view, columns, prune, params, run_started_at=run_started_at)
 
 
 # --- the statement ------------------------------------------------------------------------------

@@ -55,3 +55,30 @@ class MergeStrategy(Protocol):
         bound skips that column).
         """
         ...
+
+
+class SqlMergeStrategy:
+    """`merge_statement` written once: the view quoted, the helper columns left out, parameters
+    collected; a strategy gives only its `statement` (the MERGE text)."""
+
+    def statement(self, spec: WriteSpec, target: str, view: str, columns: Sequence[str], prune: Prune,
+                  params: Any, run_started_at: datetime) -> str:
+        raise NotImplementedError
+
+    def merge_statement(
+        self,
+        spec: WriteSpec,
+        *,
+        target: TableRef,
+        source_view: str,
+        columns: Sequence[str],
+        run_started_at: datetime,
+        prune: Prune = (),
+    ) -> tuple[str, dict[str, Any]]:
+        from dagster_incremental.spark.merge.sql import Params, written_columns
+        from dagster_incremental.spark.sql import quote
+
+        params = Params()
+        text = self.statement(spec, target.sql, quote(source_view), written_columns(columns), prune, params,
+                              run_started_at)
+        return text, dict(params.values)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from pyspark.sql import DataFrame
 
@@ -19,15 +18,12 @@ from dagster_incremental.spark.merge.sql import (
     keys_equal,
     merge,
     prune_condition,
-    written_columns,
 )
-from dagster_incremental.spark.merge.strategy import Prune
-from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.merge.strategy import Prune, SqlMergeStrategy
 from dagster_incremental.spark.write_spec import WriteSpec
 
 
-class Upsert:
+class Upsert(SqlMergeStrategy):
     """The MergeStrategy "upsert"."""
 
     def prepare_batch(
@@ -37,19 +33,8 @@ class Upsert:
         rules = BatchRules(keys={"primary_key": spec.primary_key}, dedup_key=spec.primary_key)
         return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
 
-    def merge_statement(
-        self,
-        spec: WriteSpec,
-        *,
-        target: TableRef,
-        source_view: str,
-        columns: Sequence[str],
-        run_started_at: datetime,
-        prune: Prune = (),
-    ) -> tuple[str, dict[str, Any]]:
-        params = Params()
-        text = statement(spec, target.sql, quote(source_view), written_columns(columns), prune, params)
-        return text, dict(params.values)
+    def statement(self, spec, target, view, columns, prune, params, run_started_at) -> str:
+        return statement(spec, target, view, columns, prune, params)
 
 
 def statement(spec: WriteSpec, target: str, view: str, columns: Sequence[str], prune: Prune, params: Params) -> str:
