@@ -77,8 +77,6 @@ class AssetSettings:
     def warnings(self) -> list[str]:
         """Settings that have no effect with this disposition (dlt warns about the same ones)."""
         out = []
-        if self.disposition == "merge" and self.strategy == "delete-insert" and not (self.primary_key or self.merge_key):
-            out.append("merge/delete-insert without primary_key or merge_key appends every row (nothing to match on)")
         if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
             out.append("upsert ignores merge_key; it matches on primary_key only")
         if self.dedup_sort and not self.primary_key:

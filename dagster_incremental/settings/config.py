@@ -206,7 +206,14 @@ class ProjectConfig:
             key = ".".join(problem.key)
             raise IncrementalConfigError(
                 f"asset {name!r}: {key} {problem.problem}; {problem.hint}; add {key}=[...] to "
-                f"@incremental_asset or `{key} = [...]` in {self.where(name, key=key)}") from None
+                f"@incremental_asset or `{key} = [...]` in {self.where(name, key=key)}; "
+                f"write_disposition is set {self._disposition_origin(name)}") from None
+
+    def _disposition_origin(self, name: str) -> str:
+        """Where the asset's write_disposition comes from: config.toml (or its variable), else code."""
+        if "write_disposition" in self.asset(name).overrides:
+            return f"in {self.where(name, key='write_disposition')}"
+        return "by @incremental_asset(write_disposition=...)"
 
     def _decorator_error(self, name: str, problem: Problem) -> IncrementalConfigError:
         text = f"@incremental_asset of asset {name!r}: {'.'.join(problem.key)}"

@@ -198,3 +198,28 @@ def test_a_string_cursor_declared_in_code_keeps_working():
     from dagster_incremental import incremental
 
     assert incremental("code", initial_value="b", cursor_type="string").initial_value == "b"
+
+
+# --------------------------------------------------------------------------- merge without a key
+
+
+@pytest.mark.parametrize("disposition", ['"merge"', '{disposition = "merge", strategy = "delete-insert"}'])
+def test_merge_without_a_key_fails_naming_the_config_line_that_set_the_disposition(tmp_path, disposition):
+    cfg = load(tmp_path, f"[assets.events]\nwrite_disposition = {disposition}\n")
+    with pytest.raises(IncrementalConfigError) as info:
+        cfg.resolve_asset("events", {})
+    text = str(info.value)
+    assert text.startswith("asset 'events': primary_key is not set; merge/delete-insert needs primary_key or "
+                           "merge_key to match rows on (without one it would append every row)")
+    assert text.endswith("write_disposition is set in "
+                         f"{tmp_path / 'config' / 'config.toml'}: [assets.events] write_disposition (at line 2)")
+
+
+@pytest.mark.parametrize("decorator", [
+    {"write_disposition": "merge", "merge_key": "day"},
+    {"write_disposition": "merge", "primary_key": "id"},
+    {"write_disposition": {"disposition": "merge", "strategy": "scd2"}},  # scd2 keeps its own rules
+    {"write_disposition": "append"},
+])
+def test_merge_with_a_key_and_other_dispositions_still_resolve(tmp_path, decorator):
+    assert load(tmp_path, "").resolve_asset("events", decorator).write_disposition is not None
