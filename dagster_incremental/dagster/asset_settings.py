@@ -75,8 +75,16 @@ class AssetSettings:
         return None
 
     def warnings(self) -> list[str]:
-        """Settings that have no effect with this disposition (dlt warns about the same ones)."""
+        """Settings that have no effect, or a probably unintended one (dlt warns about the same
+        ones); shown when the asset is defined and at the start of each run."""
         out = []
+        if self.strategy == "scd2" and self.cursors and not self.merge_key:
+            out.append(
+                f"scd2 with the incremental cursor {', '.join(map(repr, self.cursors))} and no merge_key retires "
+                "every current row whose key is missing from a batch, but an incremental batch holds only "
+                "the rows changed since the cursor: set merge_key (a batch then retires only rows of the "
+                "merge_key groups it holds), or drop the cursor if the source delivers a full snapshot each run"
+            )
         if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
             out.append("upsert ignores merge_key; it matches on primary_key only")
         if self.dedup_sort and not self.primary_key:
