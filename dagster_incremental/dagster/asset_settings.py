@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -18,6 +19,7 @@ from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
+from dagster_incremental.settings.problems import find_name, section_text, suggest
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
@@ -64,6 +66,8 @@ class AssetSettings:
     freshness: timedelta | None = None
     # how a failed asset check shows in the UI
     check_severity: str = "WARN"
+    # the config file the asset was defined with (absolute; it may not exist)
+    config_path: Path | None = None
 
     @property
     def window_column(self) -> str | None:
@@ -167,6 +171,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         column_descriptions=column_descriptions(func, hints),
         freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
         check_severity=options.check_severity,
+        config_path=cfg.path,
     )
 
 
@@ -242,6 +247,7 @@ def _resolve_cursors(
 ) -> dict[str, IncrementalSpec]:
     signature = inspect.signature(func)
     params = list(signature.parameters.values())
+    _check_argument_tables(func, asset_name, from_config, [p.name for p in params if _is_incremental_param(p)], cfg)
     cursors: dict[str, IncrementalSpec] = {}
     for index, param in enumerate(params):
         if _is_incremental_param(param):
@@ -256,14 +262,22 @@ def _resolve_cursors(
                 "context (first parameter) nor annotated `Incremental`; give it a default, remove it, "
                 f"or give it a value in secrets.toml: [assets.{asset_name}] {param.name} = \"...\""
             )
-    unknown = set(from_config) - set(cursors)
-    if unknown:
-        arg = sorted(unknown)[0]
-        raise IncrementalConfigError(
-            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental` "
-            f"(it has: {', '.join(cursors) or 'none'})"
-        )
     return cursors
+
+
+def _check_argument_tables(func, asset_name: str, from_config: Mapping[str, Any], incrementals: Sequence[str],
+                           cfg) -> None:
+    """Each [assets.<asset>.<argument>] names an `Incremental` parameter: checked before any cursor
+    is resolved, so a misspelt table is named as written, not as the table it should have been."""
+    for arg in sorted(set(from_config) - set(incrementals)):
+        guess = suggest(arg, [name for name in incrementals if name not in from_config])
+        asset_table = find_name(cfg.assets, asset_name) or asset_name  # as the file spells it
+        did_you_mean = f"did you mean {section_text(('assets', asset_table, guess))}? " if guess else ""
+        raise IncrementalConfigError(
+            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental`; "
+            f"{did_you_mean}a sub-table of an asset names one of its incremental arguments "
+            f"(it has: {', '.join(incrementals) or 'none'})"
+        )
 
 
 def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> IncrementalSpec:

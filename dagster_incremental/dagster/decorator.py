@@ -13,7 +13,7 @@ from typing import Any, overload
 
 import dagster as dg
 
-from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import checks, config_use
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.cursor.spec import Incremental, incremental
 from dagster_incremental.errors import IncrementalSettingsWarning
@@ -103,6 +103,8 @@ def incremental_asset(
         )
         for text in settings.warnings():  # the run logs them again, where operators look
             warnings.warn(text, IncrementalSettingsWarning, stacklevel=2)
+        if settings.config_path is not None:
+            config_use.register(settings.config_path, settings.name)
         return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
     return decorate(fn) if fn is not None else decorate
