@@ -33,8 +33,9 @@ def assets_using(config_path: Path) -> frozenset[str]:
 
 def check_sections(config_path: str | Path | None) -> list[str]:
     """Raise IncrementalConfigError for a misspelt asset section of the file; return the warnings
-    for sections that name no asset here. Nothing to check when no asset uses the file."""
-    if config_path is None:
+    for sections that name no asset here. Nothing to check when no asset uses the file, or when
+    there is no file (a project without config.toml runs on defaults)."""
+    if config_path is None or not Path(config_path).is_file():
         return []
     assets = assets_using(Path(config_path))
     if not assets:

@@ -197,3 +197,18 @@ def test_a_run_with_an_io_manager_built_without_the_config_fails_before_writing(
     text = failure.message + "".join(c.message for c in ([failure.cause] if failure.cause else []))
     assert "[assets.sales] names no incremental asset defined with this file; did you mean [assets.sale]?" in text
     assert not (tmp_path / "wh").exists()
+
+
+def test_a_project_without_config_toml_still_loads_and_runs(instance, tmp_path, monkeypatch):
+    """The default config file may be missing (all defaults): there are no sections to check."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DAGSTER_INCREMENTAL_CONFIG", raising=False)
+
+    @incremental_asset
+    def plain(updated_at: Incremental = incremental("updated_at")):
+        return []
+
+    io = SparkTableIOManager.from_config()
+    assert io.config_path == str(tmp_path / "config" / "config.toml")
+    result = dg.materialize([plain], instance=instance, resources={"io_manager": io})
+    assert result.success
