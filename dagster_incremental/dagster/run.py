@@ -17,7 +17,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import checks, config_use
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
 from dagster_incremental.cursor.spec import IncrementalSpec, incremental
@@ -95,6 +95,9 @@ class Runner:
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
         try:
+            # the last safety net for a misspelt [assets.<name>] section (an IO manager built without
+            # from_config never checked it): nothing is written yet; ignored sections were reported at load
+            config_use.check_sections(self.settings.config_path)
             secret_kwargs, redactor = load_run_secrets(self.settings, self.func, reserved_params(self.func))
         except IncrementalConfigError as exc:  # its text names file, section and key, never a value
             raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
