@@ -168,10 +168,10 @@ def test_full_refresh_of_the_open_partition_restarts_its_cursor(spark, instance,
     run(events, instance, io_manager, partition_key=key)
     source.append({"id": 3, "event_time": (today + timedelta(minutes=3)).isoformat()})
     refreshed = run(events, instance, io_manager, REFRESH, partition_key=key)
-    assert state(refreshed, key)["last_value"].startswith((today + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M"))
     source.append({"id": 4, "event_time": (today + timedelta(minutes=4)).isoformat()})
     run(events, instance, io_manager, partition_key=key)
     assert [r["id"] for r in rows(spark, io_manager, "events_fr")] == [1, 2, 3, 4]  # id 3 once
+    assert state(refreshed, key)["last_value"].startswith((today + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M"))
 
 
 # -- the table is the truth about what was loaded ------------------------------------------------------
@@ -255,3 +255,13 @@ def test_an_open_partition_whose_table_was_dropped_reloads_its_window(spark, ins
     assert any("events_drop" in w and key in w and "reload" in w for w in warnings(instance, reloaded))
     again = run(events, instance, io_manager, partition_key=key)
     assert warnings(instance, again) == [] and len(rows(spark, io_manager, "events_drop")) == 3
+
+
+def test_runs_over_an_empty_source_without_a_table_carry_on(spark, instance, io_manager, config_file):
+    source: list[dict] = []
+    orders = _append_asset(config_file, source, "orders_empty")
+    assert run(orders, instance, io_manager).success  # no rows: no table, a cursor in Dagster
+    assert run(orders, instance, io_manager).success  # no table, and nothing was lost: no failure
+    source.append({"id": 1, "updated_at": iso(2)})
+    assert state(run(orders, instance, io_manager))["last_value"] == iso(2)
+    assert [r["id"] for r in rows(spark, io_manager, "orders_empty")] == [1]
