@@ -45,3 +45,8 @@ class DataShapeError(IncrementalError):
 
 class ConcurrentRunError(IncrementalError):
     """Another run committed to the same table or holds the same asset."""
+
+
+class TableCursorMissing(IncrementalError):
+    """Dagster holds a cursor a run committed, but the table no longer holds any (dropped,
+    deleted, replaced, or the destination moved): resuming would silently skip what it lost."""
