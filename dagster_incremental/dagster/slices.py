@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.slices import plan_run, state_after_slice
+from dagster_incremental.cursor.slices import plan_run
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
@@ -89,7 +89,7 @@ class SlicedRun:
                 with user_errors(asset, redactor):
                     slice_runs = self.runner.bind(self.context, self.plan, in_force, {self.name: window})
                     frame, staged = self.runner.load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
-                state = self._state(slice_runs, in_force, slices[index - 1][1], last=index == len(bounds))
+                state = self._state(slice_runs, whole)
                 window_replace = _sub_window(replace, window, index, len(bounds))
                 plan, spec = self._write_for(index, window_replace)
                 batch = self.runner.batch_for(
@@ -130,16 +130,18 @@ class SlicedRun:
             spec = dataclasses.replace(spec, disposition="append", strategy=None)
         return plan, spec
 
-    def _state(self, runs, in_force: AssetState, end_key: Any, last: bool) -> Any:
-        """The asset's state after a slice; a slice that loaded no new value still moves the
-        cursor to its end (see state_after_slice), except the last: nothing is known past it."""
+    def _state(self, runs, whole) -> Any:
+        """The asset's state after a slice: as the run's own would be (last_value the newest value
+        loaded, a slice without rows leaves it where it was), begun where the run began."""
         state = self.runner.state_after(runs, self.plan, self.stored)
-        if last or self.plan.mode != "incremental":
+        if self.plan.mode != "incremental":
             return state
         typed = AssetState.from_dict(state, self.names)
-        moved = state_after_slice(runs[self.name], in_force.cursor(self.name), end_key)
         cursors = {name: typed.cursor(name) for name in self.names}
-        return AssetState.of({**cursors, self.name: moved}, typed.write_keys).to_dict()
+        sliced = cursors[self.name]
+        if sliced is not None and whole.cursor_state is not None:
+            cursors[self.name] = dataclasses.replace(sliced, start_value=whole.cursor_state.start_value)
+        return AssetState.of(cursors, typed.write_keys).to_dict()
 
     def _log_slice(self, index: int, count: int, run, window, result: WriteResult) -> None:
         rows = result.rows_inserted + result.rows_updated
@@ -149,7 +151,7 @@ class SlicedRun:
     def _log_failure(self, index: int, count: int, committed: int) -> None:
         kept = f"slices 1-{committed} are committed" if committed else "no slice was committed"
         self.context.log.error(
-            f"slice {index}/{count} failed: {kept}; the next run continues from slice {committed + 1}'s start."
+            f"slice {index}/{count} failed: {kept}; the next run continues from the last committed cursor."
         )
 
     def output(self, whole, state, totals: _Totals, planned: int) -> dg.Output:

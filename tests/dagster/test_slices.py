@@ -209,3 +209,59 @@ def test_a_partition_range_backfill_commits_one_day_per_slice(spark, env, instan
     meta = {k: v.value for k, v in events[0].metadata.items()}
     assert meta["dagster_incremental/slices"] == [3, 3] and meta["dagster_incremental/mode"] == "backfill"
     assert meta["dagster_incremental/rows_inserted"] == 12
+
+
+def catch_up_asset(name: str, config: str, start: datetime, source: dict, step: str | None):
+    """An append asset with freshness one day over source["rows"], from `start`, cut by `step`
+    (None: unsliced); its source asks for the window it is given, as sliced_asset's does."""
+    default = incremental("event_time", initial_value=start.isoformat(), step=step)
+
+    def body(event_time: Incremental = default):
+        low, high = event_time.start_value, event_time.end_value
+        return [r for r in source["rows"] if r["event_time"] >= low and (high is None or r["event_time"] < high)]
+
+    body.__name__ = name
+    return incremental_asset(name=name, primary_key="id", config_path=config, freshness="P1D")(body)
+
+
+def cursor_fresh(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    found = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return next(e for e in found if e.check_name == "cursor_fresh")
+
+
+def resumable_state(spark, io, name: str) -> dict:
+    """The table's newest cursor without start_value (which only reports where a run began)."""
+    return {k: v for k, v in committed_states(spark, io, name)[-1].items() if k != "start_value"}
+
+
+def test_slices_without_rows_leave_last_value_at_the_newest_row_as_an_unsliced_run_does(spark, env, instance):
+    """A four-day catch-up whose data stops after day two: last_value is the newest row (not
+    today's midnight), cursor_fresh says the source is stale, and rows that arrive late for day
+    three are loaded by the next run. A sliced and an unsliced asset end alike."""
+    config, io, _ = env
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=4)
+    source = {"rows": [{"id": i, "event_time": start + timedelta(hours=i), "value": i} for i in range(48)]}
+    newest = (start + timedelta(hours=47)).strftime("%Y-%m-%dT%H:%M:%S")
+    sliced = catch_up_asset("catch_up", config, start, source, step="P1D")
+    whole = catch_up_asset("catch_up_whole", config, start, source, step=None)
+
+    result = materialize(sliced, instance, io)
+    assert result.success, failure_text(result)
+    assert metadata(result, "catch_up")["dagster_incremental/slices"][1] == 5
+    assert committed_states(spark, io, "catch_up")[-1]["last_value"].startswith(newest)
+    assert metadata(result, "catch_up")["dagster_incremental/state"]["last_value"].startswith(newest)
+    stale = cursor_fresh(result)
+    assert not stale.passed and stale.metadata["last_value"].value.startswith(newest)
+    assert materialize(whole, instance, io).success
+
+    late = {"id": 100, "event_time": start + timedelta(days=2, hours=10), "value": -1}  # day three
+    source["rows"] = [*source["rows"], late]
+    for asset in (sliced, whole):
+        again = materialize(asset, instance, io)
+        assert again.success, failure_text(again)
+    assert ids(spark, io, "catch_up") == [*range(48), 100]
+    assert rows(spark, io, "catch_up") == rows(spark, io, "catch_up_whole")
+    assert resumable_state(spark, io, "catch_up") == resumable_state(spark, io, "catch_up_whole")
+    assert committed_states(spark, io, "catch_up")[-1]["last_value"].startswith(
+        (start + timedelta(days=2, hours=10)).strftime("%Y-%m-%dT%H:%M:%S"))
