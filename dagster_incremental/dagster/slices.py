@@ -22,6 +22,7 @@ from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.slices import plan_run
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.partition_counts import RangeCommit
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.spark.write_spec import WriteResult
@@ -56,13 +57,16 @@ class _Totals:
     deleted: int = 0
     committed: int = 0
     last: Any = None  # the last slice's WriteResult (a sliced run has two slices at least)
+    commits: list[RangeCommit] = dataclasses.field(default_factory=list)  # each slice's, for partition figures
 
-    def add(self, result: WriteResult) -> None:
+    def add(self, commit: RangeCommit) -> None:
+        result = commit.result
         self.inserted += result.rows_inserted
         self.updated += result.rows_updated
         self.deleted += result.rows_deleted
         self.committed += 1
         self.last = result
+        self.commits.append(commit)
 
 
 class SlicedRun:
@@ -103,7 +107,7 @@ class SlicedRun:
             except BaseException:
                 self._log_failure(index, len(bounds), totals.committed)
                 raise
-            totals.add(result)
+            totals.add(RangeCommit(window, spec, result))
             self._log_slice(index, len(bounds), slice_runs[self.name], window, result)
             if self.plan.mode == "incremental":
                 in_force = AssetState.from_dict(state, self.names)
@@ -169,7 +173,7 @@ class SlicedRun:
         else:  # as an unsliced run reports it: from its start to its end, or to the last value loaded
             end = whole.end_value if whole.end_value is not None else _last_value(state, self)
             window = [whole.start_value, end]
-        return self.runner.output(self.context, None, self.plan, self.stored, state, window, extra)
+        return self.runner.output(self.context, None, self.plan, self.stored, state, window, extra, totals.commits)
 
 
 def _sub_window(replace, window: tuple[Any, Any], index: int, count: int):
