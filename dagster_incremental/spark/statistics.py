@@ -261,18 +261,24 @@ def _windowed(
     frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, Any]], sign: int
 ) -> DataFrame:
     """The frame's rows inside any of `windows`, signed, with the index of their window."""
-    index = None
-    for i, (start, end) in enumerate(windows):
-        inside = F.lit(True)
-        if start is not None:
-            inside = inside & (ref >= F.lit(start))
-        if end is not None:
-            inside = inside & (ref < F.lit(end))
-        index = F.when(inside, F.lit(i)) if index is None else index.when(inside, F.lit(i))
-    return (
-        frame.select(index.alias("window"), _row_text(names), *_key_columns(keys), F.lit(sign).alias("sign"))
-        .where(F.col("window").isNotNull())
+    inside = [_inside(ref, start, end) for start, end in windows]
+    index, anywhere = F.when(inside[0], F.lit(0)), inside[0]
+    for i, condition in enumerate(inside[1:], start=1):
+        index, anywhere = index.when(condition, F.lit(i)), anywhere | condition
+    # the plain comparisons first: Iceberg prunes the files outside the windows
+    return frame.where(anywhere).select(
+        index.alias("window"), _row_text(names), *_key_columns(keys), F.lit(sign).alias("sign")
     )
+
+
+def _inside(ref: Any, start: Any, end: Any) -> Any:
+    """`ref` in [start, end) (None: unbounded)."""
+    inside = F.lit(True)
+    if start is not None:
+        inside = inside & (ref >= F.lit(start))
+    if end is not None:
+        inside = inside & (ref < F.lit(end))
+    return inside
 
 
 def _row_text(names: Sequence[str]) -> Any:
