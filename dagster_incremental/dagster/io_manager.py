@@ -257,6 +257,13 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
 
         return duplicate_keys(self.spark, table, keys, **options)
 
+    def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
+        """What one commit changed in each window of `column` (spark/statistics.py), with this
+        destination's session: a range run's figures per partition."""
+        from dagster_incremental.spark.statistics import pairing_key, window_counts
+
+        return window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec))
+
     # -- IOManager -------------------------------------------------------------------------------
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
