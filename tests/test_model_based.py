@@ -76,12 +76,12 @@ def at(hours: int) -> datetime:
     return BASE + timedelta(hours=hours)
 
 
-def hours_of(value: Any) -> int | None:
-    """A stored cursor value (ISO-8601 text) as hours after BASE."""
+def hours_of(value: Any, base: datetime = BASE, unit: int = 3600) -> int | None:
+    """A stored cursor value (ISO-8601 text) as units (hours) after `base`."""
     if value is None:
         return None
     moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return round((moment - BASE).total_seconds() / 3600)
+    return round((moment - base).total_seconds() / unit)
 
 
 # == the model: what the table, the cursor and the counts must be ===================================
@@ -295,22 +295,113 @@ class TableModel:
     def dropped(self) -> None:
         self.table, self.retired, self.committed = None, [], None
 
+    def saved(self) -> tuple:
+        return copy.deepcopy((self.table, self.retired, self.committed))
+
+    def restore(self, saved: tuple) -> None:
+        self.table, self.retired, self.committed = copy.deepcopy(saved)
+
     def expected_table(self) -> tuple[list[Row], list[Row]] | None:
         if self.table is None:
             return None
         return sorted(self.table, key=repr), sorted(self.retired, key=repr)
 
 
+DAYS = 4  # daily partitions: three closed days and today (the open window)
+LAG_MINUTES = 2
+DAY0 = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=DAYS - 1)
+TODAY = DAYS - 1
+DAY = 1440  # minutes
+
+
+@dataclass
+class DailyModel:
+    """A daily-partitioned delete-insert asset; cursor values are minutes after DAY0, each row
+    stays in its day; only today's window keeps a cursor."""
+
+    source: dict[int, dict] = field(default_factory=dict)
+    table: list[Row] | None = None
+    committed: int | None = None  # today's cursor in the table's snapshot lineage
+    reported: int | None = None  # today's cursor of Dagster's newest incremental materialization
+    clocks: list[int] = field(default_factory=lambda: [1] * DAYS)  # minute within each day
+    next_id: int = 0
+
+    def tick(self, day: int, back: int = 0) -> int:
+        self.clocks[day] = min(59, self.clocks[day] + (0 if back else 1))
+        return day * DAY + max(0, self.clocks[day] - back)
+
+    def add_row(self, day: int, amount: int, back: int = 0) -> None:
+        self.source[self.next_id] = {"id": self.next_id, "amount": amount, "updated": self.tick(day, back), "deleted": False}
+        self.next_id += 1
+
+    def live_keys(self) -> list[int]:
+        return sorted(k for k, r in self.source.items() if not r["deleted"])
+
+    def change(self, key: int, amount: int, back: int = 0, deleted: bool = False) -> None:
+        day = self.source[key]["updated"] // DAY
+        self.source[key] = {**self.source[key], "amount": amount, "updated": self.tick(day, back), "deleted": deleted}
+
+    def rows_in(self, low: int, high: int) -> list[dict]:
+        return [r for r in self.source.values() if low <= r["updated"] < high]
+
+    def replace_window(self, first: int, last: int) -> dict[int, Counts]:
+        """Days first..last replaced by the source's rows (no tombstones); each day's net change."""
+        batch = self.rows_in(first * DAY, (last + 1) * DAY)
+        if self.table is None and not batch:
+            return {d: Counts() for d in range(first, last + 1)}
+        old = list(self.table or [])
+        inside = [r for r in old if first <= r[2] // DAY <= last]
+        added = [TableModel.as_row(r) for r in batch if not r["deleted"]]
+        self.table = [r for r in old if r not in inside] + added
+        return {d: net_change([r for r in inside if r[2] // DAY == d], [r for r in added if r[2] // DAY == d])
+                for d in range(first, last + 1)}
+
+    def open_run(self) -> Counts:
+        """Today's window: continue from today's committed cursor (lag behind it), or, with
+        none in the table, reload the whole window."""
+        if self.committed is None:
+            counts = self.replace_window(TODAY, TODAY)[TODAY]
+            batch = self.rows_in(TODAY * DAY, DAYS * DAY)
+        else:
+            batch = self.rows_in(max(TODAY * DAY, self.committed - LAG_MINUTES), DAYS * DAY)
+            by_key = {r[0]: r for r in self.table or []}
+            live = [TableModel.as_row(r) for r in batch if not r["deleted"]]
+            dead = {r["id"] for r in batch if r["deleted"]}
+            counts = Counts(inserted=sum(1 for r in live if r[0] not in by_key),
+                            updated=sum(1 for r in live if r[0] in by_key), deleted=len(dead & set(by_key)))
+            by_key.update({r[0]: r for r in live})
+            self.table = [r for k, r in by_key.items() if k not in dead]
+        floor = TODAY * DAY if self.committed is None else self.committed
+        cursor = max([r["updated"] for r in batch] + [floor])
+        if self.table is not None:
+            self.committed = cursor
+        self.reported = cursor
+        return counts
+
+    def dropped(self) -> None:
+        self.table, self.committed = None, None
+
+    def saved(self) -> tuple:
+        return copy.deepcopy((self.table, self.committed))
+
+    def restore(self, saved: tuple) -> None:
+        self.table, self.committed = copy.deepcopy(saved)
+
+    def expected_table(self) -> tuple[list[Row], list[Row]] | None:
+        return None if self.table is None else (sorted(self.table, key=repr), [])
+
+
 # == reading what a user sees ======================================================================
 
 
-def read_table(spark, table: str, scd2: bool, unit_seconds: int = 3600) -> tuple[list[Row], list[Row]] | None:
-    """(current rows, retired scd2 versions) as (id, amount, updated, note); None: no table."""
+def read_table(spark, table: str, scd2: bool, base: datetime = BASE, unit: int = 3600) -> tuple[list[Row], list[Row]] | None:
+    """(current rows, retired scd2 versions) as (id, amount, updated, note), `updated` in units
+    after `base`; None: no table."""
     if not spark.catalog.tableExists(table):
         return None
     frame = spark.table(table)
     note = "note" if "note" in frame.columns else "CAST(NULL AS STRING) AS note"
-    updated = f"CAST((CAST(updated AS BIGINT) - {int(BASE.timestamp())}) DIV {unit_seconds} AS BIGINT) AS updated"
+    updated = f"CAST((CAST(updated AS BIGINT) - {int(base.timestamp())}) DIV {unit} AS BIGINT) AS updated"
     active = "_valid_to IS NULL" if scd2 else "true"
     rows = frame.selectExpr("id", "amount", updated, note, f"{active} AS active").collect()
     current = sorted(((r.id, r.amount, r.updated, r.note) for r in rows if r.active), key=repr)
@@ -381,19 +472,65 @@ def env(spark, spark_warehouse, tmp_path_factory):
         yield spark, instance, io_manager_for(spark_warehouse, namespace), config, namespace
 
 
-class AssetMachine(RuleBasedStateMachine):
-    """One unpartitioned asset of `DISPOSITION` (set by the test) and its model."""
+class TableMachine(RuleBasedStateMachine):
+    """Plumbing shared by both machines: one asset's table, and what is done to it outside runs."""
 
-    DISPOSITION = "upsert"
     ENV: Any = None
+    model: Any
 
     def __init__(self) -> None:
         super().__init__()
         self.spark, self.instance, self.io, self.config, self.namespace = self.ENV
         self.name = "mb_" + uuid.uuid4().hex[:10]
         self.table = f"lake.{self.namespace}.{self.name}"
-        self.model = TableModel(self.DISPOSITION)
         self.snapshots: dict[int, tuple] = {}  # snapshot id -> the model's table and cursor then
+
+    def remember(self) -> None:
+        """The model's table and cursor at the table's current snapshot (for rollbacks)."""
+        snaps = lineage(self.spark, self.table)
+        if snaps:
+            self.snapshots[snaps[0][0]] = self.model.saved()
+
+    @precondition(lambda self: self.model.table is not None)
+    @rule()
+    def drop_table(self):
+        self.spark.sql(f"DROP TABLE {self.table}")
+        self.model.dropped()
+        self.snapshots.clear()
+
+    @precondition(lambda self: self.model.table is not None)
+    @rule(pick=st.integers(0, 99))
+    def rollback(self, pick):
+        ancestors = [s for s, _ in lineage(self.spark, self.table)[1:] if s in self.snapshots]
+        if not ancestors:
+            return
+        target = ancestors[pick % len(ancestors)]
+        self.spark.sql(f"CALL lake.system.rollback_to_snapshot('{self.namespace}.{self.name}', {target})")
+        self.model.restore(self.snapshots[target])
+
+    @precondition(lambda self: self.model.table is not None)
+    @rule()
+    def maintenance(self):
+        """Compact the data files, then expire every snapshot older than the newest cursor commit."""
+        ident = f"{self.namespace}.{self.name}"
+        self.spark.sql(f"CALL lake.system.rewrite_data_files(table => '{ident}', options => map('min-input-files', '1'))")
+        snaps = lineage(self.spark, self.table)
+        keep = next((i + 1 for i, (_, s) in enumerate(snaps) if STATE_PROPERTY in s), len(snaps))
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        self.spark.sql(
+            f"CALL lake.system.expire_snapshots(table => '{ident}', older_than => TIMESTAMP '{now}', retain_last => {keep})"
+        )
+        self.remember()
+
+
+class AssetMachine(TableMachine):
+    """One unpartitioned asset of `DISPOSITION` (set by the test) and its model."""
+
+    DISPOSITION = "upsert"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = TableModel(self.DISPOSITION)
 
     # -- the real asset ----------------------------------------------------------------------------
 
@@ -435,13 +572,6 @@ class AssetMachine(RuleBasedStateMachine):
         want = (counts.inserted, counts.updated, counts.deleted, self.model.row_count())
         assert got == want, f"metadata (inserted, updated, deleted, row_count) {got}, model {want}"
         self.remember()
-
-    def remember(self) -> None:
-        """The model's table and cursor at the table's current snapshot (for rollbacks)."""
-        snaps = lineage(self.spark, self.table)
-        if snaps:
-            m = self.model
-            self.snapshots[snaps[0][0]] = (copy.deepcopy(m.table), list(m.retired), m.committed)
 
     # -- rules: the source changes -------------------------------------------------------------------
 
@@ -504,40 +634,6 @@ class AssetMachine(RuleBasedStateMachine):
             return
         self.expect(result, counts)
 
-    # -- rules: things done to the table -----------------------------------------------------------
-
-    @precondition(lambda self: self.model.table is not None)
-    @rule()
-    def drop_table(self):
-        self.spark.sql(f"DROP TABLE {self.table}")
-        self.model.dropped()
-        self.snapshots.clear()
-
-    @precondition(lambda self: self.model.table is not None)
-    @rule(pick=st.integers(0, 99))
-    def rollback(self, pick):
-        ancestors = [s for s, _ in lineage(self.spark, self.table)[1:] if s in self.snapshots]
-        if not ancestors:
-            return
-        target = ancestors[pick % len(ancestors)]
-        self.spark.sql(f"CALL lake.system.rollback_to_snapshot('{self.namespace}.{self.name}', {target})")
-        table, retired, committed = self.snapshots[target]
-        self.model.table, self.model.retired, self.model.committed = copy.deepcopy(table), list(retired), committed
-
-    @precondition(lambda self: self.model.table is not None)
-    @rule()
-    def maintenance(self):
-        """Compact the data files, then expire every snapshot older than the newest cursor commit."""
-        ident = f"{self.namespace}.{self.name}"
-        self.spark.sql(f"CALL lake.system.rewrite_data_files(table => '{ident}', options => map('min-input-files', '1'))")
-        snaps = lineage(self.spark, self.table)
-        keep = next((i + 1 for i, (_, s) in enumerate(snaps) if STATE_PROPERTY in s), len(snaps))
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        self.spark.sql(
-            f"CALL lake.system.expire_snapshots(table => '{ident}', older_than => TIMESTAMP '{now}', retain_last => {keep})"
-        )
-        self.remember()
-
     # -- after every step ----------------------------------------------------------------------------
 
     @invariant()
@@ -550,7 +646,172 @@ class AssetMachine(RuleBasedStateMachine):
             assert hours_of(last) == self.model.reported, "Dagster's cursor"
 
 
-@pytest.mark.parametrize("disposition", ["append", "replace", "delete-insert", "upsert", "scd2"])
+DISPOSITION_NAMES = ["append", "replace", "delete-insert", "upsert", "scd2"]
+
+# Always run (on top of the random sequences): every rule once, in an order where each matters.
+EVERY_RULE = [
+    ("new_rows", {"amounts": [1, 2, 3]}),
+    ("incremental_run", {}),
+    ("changed_row", {"pick": 0, "amount": 50}),
+    ("late_row", {"back": 1, "pick": 1, "amount": 4}),  # a new row inside the lag
+    ("late_row", {"back": LAG + 2, "pick": 2, "amount": 5}),  # a changed row behind it
+    ("deleted_row", {"pick": 1}),
+    ("sliced_run", {"fail_at": 2}),
+    ("added_column", {}),
+    ("new_rows", {"amounts": [7]}),
+    ("incremental_run", {}),
+    ("window_backfill", {"low": 1, "length": 3}),
+    ("rollback", {"pick": 0}),
+    ("incremental_run", {}),
+    ("maintenance", {}),
+    ("changed_row", {"pick": 2, "amount": 60}),
+    ("incremental_run", {}),
+    ("full_refresh", {}),
+    ("drop_table", {}),
+    ("new_rows", {"amounts": [9]}),
+    ("incremental_run", {}),  # refused: the table is gone
+    ("full_refresh", {}),
+    ("new_rows", {"amounts": [10]}),
+    ("sliced_run", {"fail_at": None}),
+    ("incremental_run", {}),
+]
+
+
+def drive(machine: TableMachine, steps: list[tuple[str, dict]]) -> None:
+    """Run `steps` (rule name, arguments) on `machine`, checking the model after each."""
+    done = []
+    try:
+        machine.table_and_cursor_equal_the_model()
+        for name, kwargs in steps:
+            rule_method = getattr(machine, name)
+            if not all(p(machine) for p in getattr(rule_method, "hypothesis_stateful_rule").preconditions):
+                continue  # e.g. no changed rows for append's event log
+            done.append(f"{name}({kwargs})")
+            rule_method(**kwargs)
+            machine.table_and_cursor_equal_the_model()
+    except AssertionError as exc:
+        raise AssertionError(f"after {' -> '.join(done)}: {exc}") from exc
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("disposition", DISPOSITION_NAMES)
+def test_every_rule_in_one_sequence(env, disposition):
+    drive(type("M", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})(), EVERY_RULE)
+
+
+@pytest.mark.parametrize("disposition", DISPOSITION_NAMES)
 def test_any_sequence_of_operations_leaves_the_table_and_cursor_of_the_model(env, disposition):
     machine = type(f"Machine_{disposition.replace('-', '_')}", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})
     run_state_machine_as_test(machine, settings=RUNS)
+
+
+def day_key(day: int) -> str:
+    return (DAY0 + timedelta(days=day)).strftime("%Y-%m-%d")
+
+
+class DailyMachine(TableMachine):
+    """One daily-partitioned delete-insert asset: today's open window and closed-day backfills."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = DailyModel()
+
+    def asset(self):
+        source = self.model.source
+        parts = dg.DailyPartitionsDefinition(start_date=day_key(0), end_offset=1)
+
+        def body(context: dg.AssetExecutionContext, updated: Incremental = incremental("updated", lag=LAG_MINUTES * 60)):
+            return [{**r, "updated": DAY0 + timedelta(minutes=r["updated"])} for r in source.values()]
+
+        body.__name__ = self.name
+        return incremental_asset(
+            name=self.name, primary_key="id", partitions_def=parts, config_path=self.config,
+            write_disposition=DISPOSITIONS["delete-insert"], columns={"deleted": {"hard_delete": True}},
+        )(body)
+
+    def expect(self, result: dg.ExecuteInProcessResult, counts: dict[int, Counts]) -> None:
+        assert result.success, failure(result)
+        for day, c in counts.items():
+            got = run_counts(result, self.name, day_key(day))
+            want = (c.inserted, c.updated, c.deleted, len(self.model.table or []))
+            assert got == want, f"{day_key(day)}: metadata (inserted, updated, deleted, row_count) {got}, model {want}"
+        self.remember()
+
+    # -- rules: the source changes -------------------------------------------------------------------
+
+    @rule(day=st.integers(0, TODAY), amount=st.integers(0, 99), back=st.sampled_from([0, 0, 1, LAG_MINUTES + 2]))
+    def new_row(self, day, amount, back):
+        self.model.add_row(day, amount, back)
+
+    @precondition(lambda self: self.model.live_keys())
+    @rule(pick=st.integers(0, 99), amount=st.integers(0, 99), back=st.sampled_from([0, 0, 1, LAG_MINUTES + 2]))
+    def changed_row(self, pick, amount, back):
+        keys = self.model.live_keys()
+        self.model.change(keys[pick % len(keys)], amount, back)
+
+    @precondition(lambda self: self.model.live_keys())
+    @rule(pick=st.integers(0, 99))
+    def deleted_row(self, pick):
+        keys = self.model.live_keys()
+        key = keys[pick % len(keys)]
+        self.model.change(key, self.model.source[key]["amount"], deleted=True)
+
+    # -- rules: runs ---------------------------------------------------------------------------------
+
+    @rule()
+    def open_window_run(self):
+        result = materialize(self.asset(), self.instance, self.io, partition_key=day_key(TODAY))
+        self.expect(result, {TODAY: self.model.open_run()})
+
+    @rule(first=st.integers(0, TODAY - 1), length=st.integers(1, DAYS))
+    def partition_backfill(self, first, length):
+        last = min(TODAY, first + length - 1)
+        if first == last:
+            result = materialize(self.asset(), self.instance, self.io, partition_key=day_key(first))
+        else:
+            tags = {"dagster/asset_partition_range_start": day_key(first), "dagster/asset_partition_range_end": day_key(last)}
+            result = materialize(self.asset(), self.instance, self.io, tags=tags)
+        self.expect(result, self.model.replace_window(first, last))
+
+    # -- after every step ----------------------------------------------------------------------------
+
+    @invariant()
+    def table_and_cursor_equal_the_model(self):
+        got = read_table(self.spark, self.table, scd2=False, base=DAY0, unit=60)
+        assert got == self.model.expected_table(), f"table {got}, model {self.model.expected_table()}"
+        today = day_key(TODAY)
+        assert hours_of(committed_cursor(self.spark, self.table, today), DAY0, 60) == self.model.committed, "table's cursor"
+        found, last = reported_cursor(self.instance, self.name, today)
+        if found or self.model.reported is not None:
+            assert hours_of(last, DAY0, 60) == self.model.reported, "Dagster's cursor of today's window"
+
+
+def test_any_sequence_on_a_daily_partitioned_asset_leaves_the_table_and_cursors_of_the_model(env):
+    run_state_machine_as_test(type("DailyMachineRun", (DailyMachine,), {"ENV": env}), settings=RUNS)
+
+
+EVERY_DAILY_RULE = [
+    ("new_row", {"day": TODAY, "amount": 1, "back": 0}),
+    ("new_row", {"day": 0, "amount": 2, "back": 0}),
+    ("new_row", {"day": 1, "amount": 3, "back": 0}),
+    ("new_row", {"day": 1, "amount": 4, "back": 0}),
+    ("open_window_run", {}),
+    ("partition_backfill", {"first": 0, "length": 3}),  # three closed days, one commit
+    ("new_row", {"day": TODAY, "amount": 5, "back": 0}),
+    ("new_row", {"day": TODAY, "amount": 6, "back": 1}),  # late, inside the lag
+    ("deleted_row", {"pick": 2}),  # a row of day 1: its tombstone stays in day 1
+    ("open_window_run", {}),
+    ("partition_backfill", {"first": 1, "length": 1}),  # day 1 again: the deleted row goes
+    ("maintenance", {}),
+    ("rollback", {"pick": 0}),
+    ("open_window_run", {}),
+    ("drop_table", {}),
+    ("open_window_run", {}),  # today's window reloads
+    ("partition_backfill", {"first": 0, "length": DAYS}),  # the range reaches today
+    ("open_window_run", {}),
+]
+
+
+def test_every_daily_rule_in_one_sequence(env):
+    drive(type("D", (DailyMachine,), {"ENV": env})(), EVERY_DAILY_RULE)
