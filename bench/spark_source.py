@@ -54,11 +54,8 @@ def main(argv: list[str] | None = None) -> dict:
     start_s = EPOCH_S + int(args.rows * (1 - args.keep))
     start = dt.datetime.fromtimestamp(start_s, dt.timezone.utc)
     start_iso = start.strftime("%Y-%m-%dT%H:%M:%SZ")
-    config = (
-        f'[assets.events]\nwrite_disposition = "append"\nprimary_key = ["id"]\n\n'
-        f'[assets.events.updated_at]\ncursor_path = "updated_at"\ninitial_value = "{start_iso}"\n'
-    )
-    with common.workdir("bench_spark_source_", config) as wd:
+    # each round's asset has a fresh name, so its settings are given in code, not as [assets.events]
+    with common.workdir("bench_spark_source_") as wd:
         instance = dg.DagsterInstance.get()
         io = common.io_manager(wd, args.master)
         spark, spark_start = common.start_spark(io)
@@ -105,7 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
         def asset() -> tuple[float, int]:
             asset_name = fresh("events")
 
-            @incremental_asset(name=asset_name, config_path=str(wd.config))
+            @incremental_asset(name=asset_name, primary_key="id", write_disposition="append",
+                               config_path=str(wd.config))
             def events(updated_at: Incremental = incremental("updated_at", initial_value=start_iso)):
                 return source()
 

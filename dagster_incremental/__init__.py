@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CursorStateMismatch": "dagster_incremental.errors",
     "DataShapeError": "dagster_incremental.errors",
     "ConcurrentRunError": "dagster_incremental.errors",
+    "TableCursorMissing": "dagster_incremental.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "Incremental", "IncrementalRun", "IncrementalSpec", "incremental"])
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, no
         IncrementalConfigError,
         IncrementalError,
         PrimaryKeyMissing,
+        TableCursorMissing,
     )
     from dagster_incremental.dagster.io_manager import SparkTableIOManager
     from dagster_incremental.dagster.sensors import build_incremental_sensor

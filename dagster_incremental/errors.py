@@ -15,6 +15,10 @@ class IncrementalConfigError(IncrementalError, ValueError):
     """A bad argument to `incremental(...)` / `@incremental_asset(...)`, or a bad config.toml value."""
 
 
+class IncrementalSettingsWarning(UserWarning):
+    """Settings that load but probably do not do what was meant (shown at definition and in each run)."""
+
+
 class CursorPathMissing(IncrementalError):
     """A row has no value at the cursor path and `on_cursor_value_missing="raise"`."""
 
@@ -41,3 +45,8 @@ class DataShapeError(IncrementalError):
 
 class ConcurrentRunError(IncrementalError):
     """Another run committed to the same table or holds the same asset."""
+
+
+class TableCursorMissing(IncrementalError):
+    """Dagster holds a cursor a run committed, but the table no longer holds any (dropped,
+    deleted, replaced, or the destination moved): resuming would silently skip what it lost."""

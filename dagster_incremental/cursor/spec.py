@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -156,7 +157,8 @@ class IncrementalSpec(Incremental):
         if self.cursor_type is not None:
             _known("cursor_type", self.cursor_type, [None, *cv.CURSOR_TYPES])
         if self.lag is not None:
-            if isinstance(self.lag, bool) or not isinstance(self.lag, (int, float)) or self.lag < 0:
+            if (isinstance(self.lag, bool) or not isinstance(self.lag, (int, float))
+                    or not math.isfinite(self.lag) or self.lag < 0):
                 raise IncrementalConfigError(
                     f"lag={self.lag!r} is not valid: give a number >= 0 (seconds for timestamps, "
                     "days for dates, native units for numbers) or None."
@@ -171,8 +173,23 @@ class IncrementalSpec(Incremental):
                 f"end_value={self.end_value!r} was given without initial_value: a bounded range "
                 "(backfill) needs both; set initial_value to the range start."
             )
+        self._check_bounds()
         self._resolve_values()
         self._check_step()
+
+    def _check_bounds(self) -> None:
+        """initial_value / end_value by config.toml's rule (a callable compares its own values)."""
+        if self.is_callable:
+            return
+        for arg in ("initial_value", "end_value"):
+            value = getattr(self, arg)
+            if value is None:
+                continue
+            try:
+                cv.check_bound(value, self.cursor_type)
+            except cv.BadBound as bad:
+                raise IncrementalConfigError(
+                    f"incremental({self.cursor_path!r}): {arg}={value!r} {bad.problem}; {bad.hint}.") from None
 
     def _check_step(self) -> None:
         """step: valid, for a cursor going up, and (when the type is known now) fit for its type."""

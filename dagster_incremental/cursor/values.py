@@ -191,6 +191,35 @@ def to_key(value: Any, cursor_type: str) -> Key:
     raise KeyConversionError(value, cursor_type, f"unknown cursor type {cursor_type!r}")
 
 
+class BadBound(ValueError):
+    """A cursor bound (initial_value, end_value) the engine cannot use: what is wrong, what to do."""
+
+    def __init__(self, problem: str, hint: str) -> None:
+        super().__init__(problem)
+        self.problem, self.hint = problem, hint
+
+
+def check_bound(value: Any, cursor_type: str | None, *, string_type: str = 'cursor_type="string"') -> None:
+    """One rule for a bound, in code and in config: a word like "yesterday" is not a cursor value
+    unless the cursor is declared a string (`string_type` says how, where the caller writes it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadBound("is not a finite number", "use a finite number, a date, a datetime or an ISO-8601 string")
+    if isinstance(value, str) and not value.strip():
+        raise BadBound("is empty", 'use a date, a datetime, a number or an ISO-8601 string such as "2024-01-01"')
+    detected = cursor_type or detect_type(value)
+    if cursor_type is None and detected == "string":
+        raise BadBound("is not an ISO-8601 date or datetime",
+                       'use a date, a datetime, a number or an ISO-8601 string such as "2024-01-01T00:00:00Z"; '
+                       f"for a cursor column holding other strings, also set {string_type}")
+    if detected is None:
+        return  # not a cursor value at all: the caller names the types it takes
+    try:
+        to_key(value, detected)
+    except KeyConversionError as exc:
+        raise BadBound(f"is not a valid {detected} ({exc.reason})",
+                       f"give a {detected} value, or change cursor_type") from None
+
+
 def _is_number(value: Any) -> bool:
     return (isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)) or _is_numpy_number(
         value

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -18,6 +19,7 @@ from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
+from dagster_incremental.settings.problems import find_name, section_text, suggest
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
@@ -64,6 +66,8 @@ class AssetSettings:
     freshness: timedelta | None = None
     # how a failed asset check shows in the UI
     check_severity: str = "WARN"
+    # the config file the asset was defined with (absolute; it may not exist)
+    config_path: Path | None = None
 
     @property
     def window_column(self) -> str | None:
@@ -75,10 +79,16 @@ class AssetSettings:
         return None
 
     def warnings(self) -> list[str]:
-        """Settings that have no effect with this disposition (dlt warns about the same ones)."""
+        """Settings that have no effect, or a probably unintended one (dlt warns about the same
+        ones); shown when the asset is defined and at the start of each run."""
         out = []
-        if self.disposition == "merge" and self.strategy == "delete-insert" and not (self.primary_key or self.merge_key):
-            out.append("merge/delete-insert without primary_key or merge_key appends every row (nothing to match on)")
+        if self.strategy == "scd2" and self.cursors and not self.merge_key:
+            out.append(
+                f"scd2 with the incremental cursor {', '.join(map(repr, self.cursors))} and no merge_key retires "
+                "every current row whose key is missing from a batch, but an incremental batch holds only "
+                "the rows changed since the cursor: set merge_key (a batch then retires only rows of the "
+                "merge_key groups it holds), or drop the cursor if the source delivers a full snapshot each run"
+            )
         if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
             out.append("upsert ignores merge_key; it matches on primary_key only")
         if self.dedup_sort and not self.primary_key:
@@ -161,6 +171,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         column_descriptions=column_descriptions(func, hints),
         freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
         check_severity=options.check_severity,
+        config_path=cfg.path,
     )
 
 
@@ -236,6 +247,7 @@ def _resolve_cursors(
 ) -> dict[str, IncrementalSpec]:
     signature = inspect.signature(func)
     params = list(signature.parameters.values())
+    _check_argument_tables(func, asset_name, from_config, [p.name for p in params if _is_incremental_param(p)], cfg)
     cursors: dict[str, IncrementalSpec] = {}
     for index, param in enumerate(params):
         if _is_incremental_param(param):
@@ -250,14 +262,22 @@ def _resolve_cursors(
                 "context (first parameter) nor annotated `Incremental`; give it a default, remove it, "
                 f"or give it a value in secrets.toml: [assets.{asset_name}] {param.name} = \"...\""
             )
-    unknown = set(from_config) - set(cursors)
-    if unknown:
-        arg = sorted(unknown)[0]
-        raise IncrementalConfigError(
-            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental` "
-            f"(it has: {', '.join(cursors) or 'none'})"
-        )
     return cursors
+
+
+def _check_argument_tables(func, asset_name: str, from_config: Mapping[str, Any], incrementals: Sequence[str],
+                           cfg) -> None:
+    """Each [assets.<asset>.<argument>] names an `Incremental` parameter: checked before any cursor
+    is resolved, so a misspelt table is named as written, not as the table it should have been."""
+    for arg in sorted(set(from_config) - set(incrementals)):
+        guess = suggest(arg, [name for name in incrementals if name not in from_config])
+        asset_table = find_name(cfg.assets, asset_name) or asset_name  # as the file spells it
+        did_you_mean = f"did you mean {section_text(('assets', asset_table, guess))}? " if guess else ""
+        raise IncrementalConfigError(
+            f"{cfg.where(asset_name, arg)}: {func.__name__}() has no parameter {arg!r} annotated `Incremental`; "
+            f"{did_you_mean}a sub-table of an asset names one of its incremental arguments "
+            f"(it has: {', '.join(incrementals) or 'none'})"
+        )
 
 
 def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> IncrementalSpec:

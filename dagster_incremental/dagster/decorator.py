@@ -13,9 +13,10 @@ from typing import Any, overload
 
 import dagster as dg
 
-from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import checks, config_use
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.cursor.spec import Incremental, incremental
+from dagster_incremental.errors import IncrementalSettingsWarning
 
 from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings
 from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
@@ -100,6 +101,10 @@ def incremental_asset(
             columns=columns, partitions_def=partitions_def, partition_by=partition_by,
             config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
+        for text in settings.warnings():  # the run logs them again, where operators look
+            warnings.warn(text, IncrementalSettingsWarning, stacklevel=2)
+        if settings.config_path is not None:
+            config_use.register(settings.config_path, settings.name)
         return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
     return decorate(fn) if fn is not None else decorate

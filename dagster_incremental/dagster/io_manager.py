@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from dagster_incremental.dagster import config_use
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
 from dagster_incremental.spark.local_rows import LocalRows
@@ -73,6 +74,12 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         "Only the path is config (Dagster shows config in the UI); values are read then.",
     )
 
+    config_path: str | None = Field(
+        default=None,
+        description="The config.toml this was built from: its [assets.<name>] sections are checked "
+        "against the incremental assets defined with it when Dagster loads the code location.",
+    )
+
     _session: Any = PrivateAttr(default=None)
     _starting: bool = PrivateAttr(default=False)
 
@@ -92,7 +99,15 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             namespace=cfg.destination.namespace,
             warehouse=str(cfg.destination.warehouse),
             secrets_path=str(SecretsFile.beside(cfg).path),
+            config_path=str(cfg.path),
         )
+
+    def get_resource_definition(self) -> Any:
+        """Dagster builds this when it loads the code location, after every module of it is
+        imported: the moment the set of assets defined with config.toml is complete, so its asset
+        sections are checked here (a misspelt one fails the load, see README "A short tour")."""
+        config_use.check_sections_at_load(self.config_path)
+        return super().get_resource_definition()
 
     # -- Spark -----------------------------------------------------------------------------------
 

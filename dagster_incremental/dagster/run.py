@@ -17,9 +17,9 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.dagster import checks
+from dagster_incremental.dagster import checks, config_use
 from dagster_incremental.dagster import metadata as md
-from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
 from dagster_incremental.cursor.spec import IncrementalSpec, incremental
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster.masking import Redactor
@@ -78,7 +78,8 @@ class Plan:
     scope: str | None = None  # partition key whose cursor this run advances
     window: tuple[Any, Any] | None = None
     window_replace: bool = False
-    full_refresh: bool = False
+    full_refresh: bool = False  # replace the whole table (unpartitioned full refresh)
+    restart: bool = False  # ignore the stored cursor: start from initial_value (full refresh)
     stateless: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
 
@@ -95,6 +96,9 @@ class Runner:
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
         try:
+            # the last safety net for a misspelt [assets.<name>] section (an IO manager built without
+            # from_config never checked it): nothing is written yet; ignored sections were reported at load
+            config_use.check_sections(self.settings.config_path)
             secret_kwargs, redactor = load_run_secrets(self.settings, self.func, reserved_params(self.func))
         except IncrementalConfigError as exc:  # its text names file, section and key, never a value
             raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
@@ -119,8 +123,9 @@ class Runner:
             # The open window's first run loads the whole window: replace what a backfill may
             # already have put there instead of adding to it.
             plan.window_replace = True
-        spec = self.write_spec(io, context.asset_key, plan)
+        spec = self.write_spec(io, context.asset_key)
         with user_errors(context.asset_key.to_user_string(), redactor):
+            self._check_table_kept(context, io, stored, plan)
             in_force = self._state_in_force(context, stored, plan)
             self._check_write_keys(in_force, plan)
             runs = self.bind(context, plan, in_force)
@@ -190,12 +195,14 @@ class Runner:
                 )
             tw = context.partition_time_window
             keys = context.partition_keys
-            is_open = len(keys) == 1 and tw.end > datetime.now(timezone.utc) and not config.full_refresh
+            is_open = len(keys) == 1 and tw.end > datetime.now(timezone.utc)
             if is_open:
-                return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end))
+                # A full refresh of the open window is its first run again: the window replaced
+                # and its cursor restarted.
+                return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end), restart=config.full_refresh)
             return Plan(mode="backfill", window=(tw.start, tw.end), window_replace=True, stateless=True)
         if config.full_refresh:
-            return Plan(mode="incremental", full_refresh=True)
+            return Plan(mode="incremental", full_refresh=True, restart=True)
         if config.end_value is not None:
             overrides = {"end_value": config.end_value}
             if config.initial_value is not None:
@@ -209,9 +216,9 @@ class Runner:
         """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
         that holds the cursor of the scope this run advances (for the stale-writer check)."""
         key = context.asset_key
-        if plan.full_refresh:
-            table_state = io.committed_state(key)
-            return {None: StoredState(state=None, source="none")}, _snapshot_id(table_state)
+        if plan.restart:
+            table_state = io.committed_state(key, scope=plan.scope)
+            return {plan.scope: StoredState(state=None, source="none")}, _snapshot_id(table_state)
         scopes: list[str | None]
         if context.has_partition_key or context.has_partition_key_range:
             scopes = list(context.partition_keys)
@@ -221,12 +228,68 @@ class Runner:
         table_snapshot = None
         for scope in scopes:
             dagster_state = latest_dagster_state(context.instance, key, partition=scope)
-            table_state = None
-            if scope == plan.scope:
-                table_state = io.committed_state(key, scope=scope)
-                table_snapshot = _snapshot_id(table_state)
-            out[scope] = reconcile(dagster_state, table_state)
+            if scope != plan.scope:  # a backfilled partition: its state is only reported
+                out[scope] = dagster_state or StoredState(state=None, source="none")
+                continue
+            table_state = io.committed_state(key, scope=scope)
+            table_snapshot = _snapshot_id(table_state)
+            out[scope] = self._trusted(context, io, reconcile(dagster_state, table_state), plan)
         return out, table_snapshot
+
+    def _trusted(self, context, io, stored: StoredState, plan: Plan) -> StoredState:
+        """The reconciled state, said aloud when the table overruled a run's Dagster cursor (the
+        table is the truth about what was loaded). An open window whose table lost its cursor
+        reloads the whole window; an unpartitioned asset's run fails (_check_table_kept). A
+        backfill resumes nothing: it only reports the state, as before."""
+        lost = stored.overrules
+        if lost is None:
+            return stored
+        if plan.mode != "incremental":
+            return stored if stored.state is not None else lost
+        scope = plan.scope
+        asset, table = context.asset_key.to_user_string(), io.table_name(context.asset_key).display
+        told = f"Dagster's cursor {self._cursor_text(lost.state)} (run {lost.run_id})"
+        if stored.state is not None:
+            context.log.warning(
+                f"asset {asset}: table {table} holds cursor {self._cursor_text(stored.state)} (snapshot "
+                f"{stored.snapshot_id}), older than {told}: the table was rolled back or restored from an "
+                "older copy. This run resumes from the table's cursor and loads again the rows it lost."
+            )
+        elif scope is not None:
+            context.log.warning(
+                f"asset {asset}: table {table} holds no cursor of partition {scope} but Dagster has "
+                f"{told}: the table was dropped, deleted or replaced. This run reloads the whole "
+                "partition window (a window replace)."
+            )
+            return StoredState(state=None, source="none")
+        return stored
+
+    def _cursor_text(self, state: Mapping[str, Any] | None) -> str:
+        """A stored state's cursor value(s) as a message shows them (a malformed one as stored:
+        the run reports that itself, with what to do)."""
+        names = list(self.settings.cursors)
+        try:
+            typed = AssetState.from_dict(state, names)
+        except CursorStateMismatch:
+            return repr(state)
+        values = {name: getattr(typed.cursor(name), "last_value", None) for name in names}
+        return repr(next(iter(values.values()))) if len(values) == 1 else repr(values)
+
+    def _check_table_kept(self, context, io, stored: Mapping[str | None, StoredState], plan: Plan) -> None:
+        """An unpartitioned asset whose table lost every cursor a run committed must not resume
+        from Dagster's cursor (the lost rows would silently stay lost) nor reload from
+        initial_value unasked (a missing table may be a misconfigured destination)."""
+        chosen = stored.get(plan.scope)
+        if chosen is None or chosen.overrules is None or chosen.state is not None:
+            return
+        lost = chosen.overrules
+        raise TableCursorMissing(
+            f"table {io.table_name(context.asset_key).display} holds no cursor of this asset (it was dropped, "
+            f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
+            f"{self._cursor_text(lost.state)} committed by run {lost.run_id}. Nothing was written. To "
+            f"reload everything from initial_value, {full_refresh_instructions(self.settings.name)} If the "
+            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back."
+        )
 
     def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:
         """The stored state of the scope this run continues, read (and checked) as typed values."""
@@ -263,13 +326,12 @@ class Runner:
             runs[name] = run
         return runs
 
-    def write_spec(self, io, asset_key: dg.AssetKey, plan: Plan) -> WriteSpec:
+    def write_spec(self, io, asset_key: dg.AssetKey) -> WriteSpec:
+        """The asset's own spec, also for a full refresh: the writer's full refresh writes the
+        rows a first run would insert (deduplicated, no tombstones, scd2's columns)."""
         from dagster_incremental.dagster.io_manager import write_spec_from_settings
 
-        settings = self.settings.write_settings()
-        if plan.full_refresh:
-            settings.update(disposition="replace", strategy=None)
-        return write_spec_from_settings(io.table_name(asset_key), settings)
+        return write_spec_from_settings(io.table_name(asset_key), self.settings.write_settings())
 
     def window_replace(self, plan: Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
         if not plan.window_replace:
@@ -314,9 +376,7 @@ class Runner:
         changed = ", ".join(f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k])
         raise CursorStateMismatch(
             f"the table was written with other keys than the asset now declares ({changed}); "
-            "run a full refresh to rebuild it with the new keys: launch the asset with run config "
-            "`{ops: {" + self.settings.name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
-            "`dagster asset materialize ... --config-json` with the same."
+            f"to rebuild it with the new keys, {full_refresh_instructions(self.settings.name)}"
         )
 
     @staticmethod
@@ -366,6 +426,15 @@ def _counts_scope(keys: Sequence[str]) -> str:
     return (
         f"rows_inserted/rows_updated/rows_deleted are for the run's whole range {keys[0]}...{keys[-1]} "
         f"({len(keys)} partitions, one commit), not this partition alone; {table}"
+    )
+
+
+def full_refresh_instructions(op_name: str) -> str:
+    """How a user launches a full refresh of the asset, as error messages tell it."""
+    return (
+        "run a full refresh: launch the asset with run config "
+        "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
+        "`dagster asset materialize ... --config-json` with the same."
     )
 
 

@@ -125,7 +125,7 @@ class SlicedRun:
         if index == 1 or window_replace is not None:
             return self.plan, self.spec
         plan = dataclasses.replace(self.plan, full_refresh=False)
-        spec = self.runner.write_spec(self.io, self.context.asset_key, plan)
+        spec = self.runner.write_spec(self.io, self.context.asset_key)
         if spec.disposition == "replace":
             spec = dataclasses.replace(spec, disposition="append", strategy=None)
         return plan, spec

@@ -1,20 +1,26 @@
 """Where a run finds its cursor: Dagster's materialization metadata, reconciled with the table.
 
-The table commit carries the cursor atomically with the data; the materialization event is the
-visible mirror in Dagster. They disagree only when something went wrong or was done on purpose:
+The table commit carries the cursor atomically with the data, so the table is the truth about
+what was loaded; the materialization event is the visible mirror in Dagster. They disagree only
+when something went wrong or was done on purpose:
 - the table is newer: a run committed but its Dagster event was lost (crash, kill) -> the table
   wins, or the next run would load the same rows again;
-- Dagster is newer: a user reset or seeded the cursor with a runless materialization
-  (`instance.report_runless_asset_event`) -> Dagster wins.
+- Dagster is newer and the event has no run: a user reset or seeded the cursor with a runless
+  materialization (`instance.report_runless_asset_event`) -> Dagster wins;
+- Dagster is newer and a run made it: the table was rolled back or restored from an older copy
+  -> the table wins (the rows it lost are loaded again) and the run says so;
+- the table holds no cursor (dropped, deleted, destination moved) while a run made Dagster's,
+  over a table with rows -> nothing to resume from: the caller fails or reloads a window.
 Backfill materializations never count: they record the state that was in force, unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from dagster_incremental.cursor.state import resumable, state_json
 from dagster_incremental.dagster import metadata as md
 SCAN_LIMIT = 200  # materializations scanned back for the newest incremental one
 
@@ -27,6 +33,9 @@ class StoredState:
     source: str  # "dagster", "table" or "none"
     run_id: str | None = None
     timestamp: float | None = None  # unix seconds
+    snapshot_id: int | None = None  # source "table": the snapshot that holds the state
+    row_count: int | None = None  # source "dagster": the table's rows the materialization reported
+    overrules: StoredState | None = None  # a run's newer Dagster state the table did not confirm
 
 
 def latest_dagster_state(instance, asset_key, partition: str | None = None) -> StoredState | None:
@@ -52,11 +61,13 @@ def latest_dagster_state(instance, asset_key, partition: str | None = None) -> S
                 import json
 
                 value = json.loads(value)
+            rows = meta.get(md.ROW_COUNT)
             return StoredState(
                 state=value,
                 source="dagster",
                 run_id=record.run_id or None,
                 timestamp=record.timestamp,
+                row_count=rows.value if rows is not None else None,
             )
         if not result.has_more:
             return None
@@ -68,20 +79,35 @@ def reconcile(dagster: StoredState | None, table: Any | None) -> StoredState:
     """Pick the cursor a run continues from (see the module docstring for why).
 
     `table` is the writer's CommittedState (state, run_id, snapshot_id, committed_at) or None.
+    A run's Dagster state that the table does not hold is kept as `overrules` of the answer:
+    with source "table" the table was rolled back; with source "none" it lost every cursor.
     """
     if table is None or table.state is None:
-        return dagster or StoredState(state=None, source="none")
+        if dagster is None or dagster.run_id is None or dagster.row_count == 0:
+            # nothing anywhere, a seed, or a run that saw no rows: resuming loses nothing
+            return dagster or StoredState(state=None, source="none")
+        return StoredState(state=None, source="none", overrules=dagster)
     table_ts = _unix(table.committed_at)
     table_state = StoredState(
-        state=dict(table.state), source="table", run_id=table.run_id, timestamp=table_ts
+        state=dict(table.state), source="table", run_id=table.run_id, timestamp=table_ts,
+        snapshot_id=table.snapshot_id,
     )
     if dagster is None:
         return table_state
-    if dagster.run_id and dagster.run_id == table.run_id:
-        return dagster  # the same run: both agree
-    if dagster.timestamp is not None and table_ts is not None and dagster.timestamp > table_ts:
+    if same_cursor(dagster.state, table_state.state):
+        return dagster  # they agree (a run that found nothing new committed nothing)
+    if dagster.timestamp is None or table_ts is None or dagster.timestamp <= table_ts:
+        return table_state  # the table is ahead: a lost Dagster event
+    if dagster.run_id is None:
         return dagster  # a reset/seed recorded after the last commit
-    return table_state
+    return replace(table_state, overrules=dagster)  # rolled back or restored: the table is the truth
+
+
+def same_cursor(a: Any, b: Any) -> bool:
+    """Whether two stored states resume the next run at the same place."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a == b
+    return state_json(resumable(a)) == state_json(resumable(b))
 
 
 def _unix(value: Any) -> float | None:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -62,7 +62,7 @@ from pydantic import ValidationError
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.environment import ENV_PREFIX, apply_config_environment
-from dagster_incremental.settings.problems import Problem, config_error, find_name
+from dagster_incremental.settings.problems import Problem, config_error, find_name, section_text, suggest
 from dagster_incremental.settings.report import Reporter
 from dagster_incremental.settings.schema import (
     AssetOptions,
@@ -186,6 +186,36 @@ class ProjectConfig:
         keys = (key,) if key is not None else ()
         return Reporter(self.display_path, self._lines, self.sources).where(section, keys)
 
+    def check_asset_sections(self, assets: Collection[str]) -> list[str]:
+        """[assets.<name>] sections against the incremental assets defined with this file.
+
+        A section that names none of them and is close to one that sets no asset key of its own
+        (only argument tables such as [assets.orders.updated_at], or nothing) is a typo: that asset
+        silently runs without those settings, so it is an error, "did you mean". Any other section
+        naming none of them may belong to another code location sharing this file: it is returned
+        as a warning. Names match case-insensitively, as `asset` does.
+        """
+        own = {name: found for name in assets if (found := find_name(self.assets, name)) is not None}
+        sectionless = sorted(name for name in assets if not self.asset(name).overrides)
+        reporter = Reporter(self.display_path, self._lines, self.sources)
+        known = ", ".join(sorted(assets)) or "none"
+        warnings = []
+        for section in sorted(set(self.assets) - set(own.values())):
+            guess = suggest(section, sectionless)
+            if guess:
+                raise reporter.error(Problem(
+                    ("assets", section), (), None, "names no incremental asset defined with this file",
+                    f"did you mean {section_text(('assets', guess))}? asset {guess!r} sets no key of its own in "
+                    f"this file, so it would run without these settings (assets defined with this file: "
+                    f"{known}); if this section is for an asset of another code location sharing this file, "
+                    f"set at least one key in {section_text(('assets', guess))} (e.g. its write_disposition)",
+                    show_value=False), self.path)
+            warnings.append(f"{reporter.where(('assets', section), ())} names no incremental asset defined with "
+                            f"this file in this code location ({known}); it is ignored here: rename it if it is "
+                            "meant for one of them (a section of another code location sharing this file needs "
+                            "nothing)")
+        return warnings
+
     def resolve_asset(self, name: str, decorator: Mapping[str, Any]) -> AssetOptions:
         """The asset's options: the decorator's arguments (None: not given) < this config.
 
@@ -206,7 +236,14 @@ class ProjectConfig:
             key = ".".join(problem.key)
             raise IncrementalConfigError(
                 f"asset {name!r}: {key} {problem.problem}; {problem.hint}; add {key}=[...] to "
-                f"@incremental_asset or `{key} = [...]` in {self.where(name, key=key)}") from None
+                f"@incremental_asset or `{key} = [...]` in {self.where(name, key=key)}; "
+                f"write_disposition is set {self._disposition_origin(name)}") from None
+
+    def _disposition_origin(self, name: str) -> str:
+        """Where the asset's write_disposition comes from: config.toml (or its variable), else code."""
+        if "write_disposition" in self.asset(name).overrides:
+            return f"in {self.where(name, key='write_disposition')}"
+        return "by @incremental_asset(write_disposition=...)"
 
     def _decorator_error(self, name: str, problem: Problem) -> IncrementalConfigError:
         text = f"@incremental_asset of asset {name!r}: {'.'.join(problem.key)}"

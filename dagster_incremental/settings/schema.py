@@ -285,9 +285,16 @@ class AssetOptions(Table):
     def _complete_for_a_write(self, info: ValidationInfo) -> AssetOptions:
         """With context {"resolved": True} (all layers merged): what a write needs is there."""
         strategy = self.write_disposition.merge_strategy if self.write_disposition else None
-        if (info.context or {}).get("resolved") and strategy == "upsert" and not self.primary_key:
+        if not (info.context or {}).get("resolved"):
+            return self
+        if strategy == "upsert" and not self.primary_key:
             raise invalid("is not set", "the upsert strategy needs a primary key", at=("primary_key",),
                           show_value=False)
+        # scd2 keeps its own rules: without a key it compares whole rows
+        if strategy == "delete-insert" and not (self.primary_key or self.merge_key):
+            raise invalid("is not set", "merge/delete-insert needs primary_key or merge_key to match rows on "
+                          '(without one it would append every row); for an append-only table use '
+                          'write_disposition = "append"', at=("primary_key",), show_value=False)
         return self
 
     @property

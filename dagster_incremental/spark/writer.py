@@ -71,10 +71,17 @@ class TableWriter:
     def _refreshed(self, table: TableRef) -> bool:
         """Whether the table exists, its cached Iceberg object brought up to date first: the
         cursor may have been read from the table's files, not through this session, and
-        another process may have committed since this session cached the table."""
+        another process may have committed since this session cached the table, or deleted
+        its files (then the cached table is dropped and the table does not exist)."""
         if not self.table_exists(table):
             return False
-        iceberg_table(self.spark, table).refresh()
+        try:
+            iceberg_table(self.spark, table).refresh()
+        except Exception:  # noqa: BLE001 - looked at again below; a real error is raised again
+            self.spark.catalog.refreshTable(table.sql)
+            if not self.table_exists(table):
+                return False
+            iceberg_table(self.spark, table).refresh()
         return True
 
     def read_committed_state(self, table: TableRef, scope: str | None = None) -> CommittedState | None:

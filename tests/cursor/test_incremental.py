@@ -616,7 +616,7 @@ def test_type_detection_order():
 
 
 def test_string_cursor_compares_as_text(kind, convert):
-    run = incremental("ts", initial_value="b").bind()
+    run = incremental("ts", initial_value="b", cursor_type="string").bind()
     assert ids(run_filter(run, rows_of(["a", "b", "c", "ba"]), convert)) == [1, 2, 3]
     assert run.state["last_value"] == "c"
 
@@ -701,7 +701,8 @@ def test_callable_with_spark_is_a_config_error(spark):
             "end_value=10 is higher than initial_value=5",
         ),
         (dict(initial_value=5, end_value="2024-01-01T00:00:00Z"), "not comparable"),
-        (dict(initial_value="a", end_value=3), "not comparable"),
+        (dict(initial_value="a", end_value=3, cursor_type="string"), "end_value=3 is not a valid string"),
+        (dict(initial_value="a", end_value=3), "initial_value='a' is not an ISO-8601 date or datetime"),
         (dict(last_value_func="median"), "last_value_func='median' is not valid; allowed: 'max', 'min'"),
         (dict(last_value_func=3), "last_value_func=3"),
         (
@@ -713,11 +714,11 @@ def test_callable_with_spark_is_a_config_error(spark):
         (dict(range_end="x"), "range_end='x' is not valid"),
         (dict(lag=-1), "lag=-1 is not valid"),
         (dict(lag="1"), "lag='1' is not valid"),
-        (dict(lag=1, initial_value="abc"), "lag=1 cannot be used with a string cursor"),
+        (dict(lag=1, initial_value="abc", cursor_type="string"), "lag=1 cannot be used with a string cursor"),
         (dict(lag=1, cursor_type="string"), "lag=1 cannot be used with a string cursor"),
         (dict(lag=1, last_value_func=lambda v: max(v)), "lag=1 cannot be used with a callable"),
         (dict(cursor_type="datetime"), "cursor_type='datetime' is not valid"),
-        (dict(initial_value="abc", cursor_type="timestamp"), "initial_value='abc' is not comparable"),
+        (dict(initial_value="abc", cursor_type="timestamp"), "initial_value='abc' is not a valid timestamp"),
         (dict(initial_value=object()), "cannot be a cursor value"),
         (dict(primary_key=5), "primary_key=5 is not valid"),
     ],

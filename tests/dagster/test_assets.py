@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
+from dagster_incremental.errors import IncrementalConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -388,19 +389,15 @@ def test_append_after_a_boundary_overflow_loads_no_duplicates(spark, instance, i
     assert materialization(second)["dagster_incremental/rows_inserted"].value == 1
 
 
-def test_merge_without_keys_appends_and_says_so_in_the_run_log(spark, instance, io_manager, config_file):
-    source = [{"v": 1, "updated_at": iso(1)}]
-
-    @incremental_asset(write_disposition="merge", config_path=config_file)
-    def keyless(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
-        return list(source)
-
-    result = run(keyless, instance, io_manager)
-    source.append({"v": 1, "updated_at": iso(2)})
-    run(keyless, instance, io_manager)
-    assert len(table_rows(spark, io_manager, "keyless", "updated_at")) == 2
-    logs = [e.message for e in instance.all_logs(result.run_id) if e.level >= 30]
-    assert any("without primary_key or merge_key appends every row" in m for m in logs)
+def test_merge_without_keys_fails_at_definition_naming_where_the_disposition_is_set(config_file):
+    """It used to append every row with a warning in the run log; now the code location fails."""
+    with pytest.raises(IncrementalConfigError) as info:
+        @incremental_asset(write_disposition="merge", config_path=config_file)
+        def keyless(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+            return []
+    text = str(info.value)
+    assert text.startswith("asset 'keyless': primary_key is not set; merge/delete-insert needs primary_key or merge_key")
+    assert "write_disposition is set by @incremental_asset(write_disposition=...)" in text
 
 
 def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_manager, config_file):

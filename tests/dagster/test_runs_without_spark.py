@@ -9,7 +9,7 @@ import uuid
 import dagster as dg
 import pytest
 
-from dagster_incremental import Incremental, SparkTableIOManager, incremental_asset
+from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
 
@@ -74,3 +74,57 @@ def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, inst
     assert metadata(result)["dagster/row_count"] == 0
     monkeypatch.undo()
     assert not spark.catalog.tableExists(io().table_name(dg.AssetKey("orders")).sql)
+
+
+SCD2_WARNING = "no merge_key retires every current row whose key is missing from a batch"
+
+
+def test_scd2_on_an_incremental_cursor_without_merge_key_warns_at_definition_and_in_each_run(
+        instance, tmp_path, spark_warehouse, monkeypatch):
+    """An incremental batch is not a snapshot: scd2 would retire every key the batch lacks."""
+    from dagster_incremental.errors import IncrementalSettingsWarning
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[destination]\nnamespace = "scd2warn"\nwarehouse = "{spark_warehouse}"\n'
+                      '[assets.people]\nprimary_key = ["id"]\n'
+                      'write_disposition = { disposition = "merge", strategy = "scd2" }\n'
+                      '[assets.people.updated_at]\ncursor_path = "updated_at"\n')
+    with pytest.warns(IncrementalSettingsWarning, match=SCD2_WARNING) as caught:
+        @incremental_asset(config_path=str(config))
+        def people(updated_at: Incremental):
+            return []
+    assert "set merge_key" in str(caught[0].message) and "full snapshot" in str(caught[0].message)
+    no_spark(monkeypatch)
+    io = SparkTableIOManager(catalog="lake", namespace="scd2warn", warehouse=spark_warehouse)
+    result = dg.materialize([people], instance=instance, resources={"io_manager": io}, run_config=QUIET)
+    assert result.success
+    logged = [e.message for e in instance.all_logs(result.run_id) if e.level == 30]
+    assert any(SCD2_WARNING in m for m in logged)
+
+
+@pytest.mark.parametrize("cursor, merge_key", [(False, None), (True, "region")], ids=["snapshot", "merge_key"])
+def test_scd2_on_a_snapshot_or_with_merge_key_does_not_warn(tmp_path, recwarn, cursor, merge_key):
+    from dagster_incremental.dagster.decorator import incremental_settings
+    from dagster_incremental.errors import IncrementalSettingsWarning
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    scd2 = {"disposition": "merge", "strategy": "scd2"}
+    if cursor:
+        def people(updated_at: Incremental = incremental("updated_at")):
+            return []
+    else:
+        def people():
+            return []
+    asset = incremental_asset(primary_key="id", merge_key=merge_key, write_disposition=scd2,
+                              config_path=str(config))(people)
+    assert not [w for w in recwarn if issubclass(w.category, IncrementalSettingsWarning)]
+    assert incremental_settings(asset).warnings() == []
+
+
+def test_the_example_scd2_asset_reads_a_snapshot_and_does_not_warn():
+    from dagster_incremental.dagster.decorator import incremental_settings
+    from definitions.assets import customers
+
+    settings = incremental_settings(customers)
+    assert settings.strategy == "scd2" and not settings.cursors and settings.warnings() == []

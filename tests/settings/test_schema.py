@@ -157,3 +157,69 @@ def test_freshness_and_step_env_errors_name_the_variable(tmp_path):
     var = f"{E}ASSETS__ORDERS__FRESHNESS"
     message = error(tmp_path, "", {var: "-5"})
     assert f"[assets.orders] freshness = -5 (from environment variable {var}) is not allowed" in message
+
+
+# --------------------------------------------------------------------------- bounds in code
+
+
+@pytest.mark.parametrize(("key", "value", "toml"), [
+    ("initial_value", "yesterday", '"yesterday"'),
+    ("end_value", "tomorrow", '"tomorrow"'),
+    ("initial_value", float("inf"), "inf"),
+])
+def test_a_bound_in_code_fails_at_definition_as_the_same_bound_in_config_does(tmp_path, key, value, toml):
+    """`incremental(..., initial_value="yesterday")` fails when defined, naming the argument, with
+    the problem and hint config.toml gives for the same value (not later, in a run)."""
+    from dagster_incremental import incremental
+
+    start = {"initial_value": "2024-01-01T00:00:00Z"} if key == "end_value" else {}
+    with pytest.raises(IncrementalConfigError) as in_code:
+        incremental("updated_at", **start, **{key: value})
+    start_toml = 'initial_value = "2024-01-01T00:00:00Z"\n' if start else ""
+    in_config = error(tmp_path, f"[assets.orders.updated_at]\n{start_toml}{key} = {toml}\n")
+    code_text, config_text = str(in_code.value), in_config
+    assert code_text.startswith(f"incremental('updated_at'): {key}={value!r} is not ")
+    problem = code_text.split(f"{key}={value!r} ", 1)[1].split(";", 1)[0]
+    assert f"{key} = {toml} {problem};" in config_text
+    # the hint is the same, each saying how to declare a string cursor where it is written
+    assert code_text.endswith('also set cursor_type="string".') == ("ISO-8601" in problem)
+    assert ('cursor_type = "string"' in config_text) == ("ISO-8601" in problem)
+
+
+@pytest.mark.parametrize("lag", [float("inf"), float("nan"), -1])
+def test_a_lag_in_code_is_checked_as_in_config(lag):
+    from dagster_incremental import incremental
+
+    with pytest.raises(IncrementalConfigError, match=r"lag=.* is not valid: give a number >= 0"):
+        incremental("updated_at", lag=lag)
+
+
+def test_a_string_cursor_declared_in_code_keeps_working():
+    from dagster_incremental import incremental
+
+    assert incremental("code", initial_value="b", cursor_type="string").initial_value == "b"
+
+
+# --------------------------------------------------------------------------- merge without a key
+
+
+@pytest.mark.parametrize("disposition", ['"merge"', '{disposition = "merge", strategy = "delete-insert"}'])
+def test_merge_without_a_key_fails_naming_the_config_line_that_set_the_disposition(tmp_path, disposition):
+    cfg = load(tmp_path, f"[assets.events]\nwrite_disposition = {disposition}\n")
+    with pytest.raises(IncrementalConfigError) as info:
+        cfg.resolve_asset("events", {})
+    text = str(info.value)
+    assert text.startswith("asset 'events': primary_key is not set; merge/delete-insert needs primary_key or "
+                           "merge_key to match rows on (without one it would append every row)")
+    assert text.endswith("write_disposition is set in "
+                         f"{tmp_path / 'config' / 'config.toml'}: [assets.events] write_disposition (at line 2)")
+
+
+@pytest.mark.parametrize("decorator", [
+    {"write_disposition": "merge", "merge_key": "day"},
+    {"write_disposition": "merge", "primary_key": "id"},
+    {"write_disposition": {"disposition": "merge", "strategy": "scd2"}},  # scd2 keeps its own rules
+    {"write_disposition": "append"},
+])
+def test_merge_with_a_key_and_other_dispositions_still_resolve(tmp_path, decorator):
+    assert load(tmp_path, "").resolve_asset("events", decorator).write_disposition is not None
