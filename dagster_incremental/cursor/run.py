@@ -4,7 +4,6 @@ last_value, boundary keys, out-of-range flags) and filters every input kind thro
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -204,7 +203,21 @@ class IncrementalRun(Incremental):
         self.end_key = end_key
         self.start_closed = not start_open
         self.end_closed = end_closed
-        self._cursor = Cursor(start, self._start_boundary(state, start, from_state))
+        self._cursor = self._initial_cursor(state, start, self._start_boundary(state, start, from_state))
+
+    def _initial_cursor(self, state: CursorState | None, start: Any, boundary: Boundary | None) -> Cursor:
+        """The cursor before any row: at the start, or at the state's last_value when a window
+        starts past it (a slice after slices without rows), so a window without rows leaves the
+        state as it was: last_value stays the newest value loaded, never a bound."""
+        behind = self._state_last
+        if behind is None or start is None or self.spec.is_callable or self.spec.direction != "max" or behind >= start:
+            return Cursor(start, boundary)
+        if not self._dedup:
+            return Cursor(behind, None)
+        stored = self._stored_boundary(state)
+        if stored is None or stored.value != behind:
+            stored = Boundary(behind, frozenset(), True)  # keys unknown: the next run verifies them
+        return Cursor(behind, stored)
 
     def _start_from(self, state: CursorState | None) -> tuple[Any, bool]:
         """(start key, whether it is the state's last_value): lag moves it back, not below the floor."""
@@ -290,7 +303,8 @@ class IncrementalRun(Incremental):
 
     @property
     def last_value(self) -> Any:
-        """Live: start_value before any row, then last_value_func over the kept values."""
+        """Live: start_value before any row (a window starting past the state's last_value: that
+        last_value), then last_value_func over the kept values."""
         return self._public(self._cursor.last)
 
     @property
@@ -355,16 +369,6 @@ class IncrementalRun(Incremental):
             dedup_key=self.dedup_key,
             boundary=stored,
         )
-
-    def state_loaded_before(self, key: Any) -> CursorState:
-        """The state saying every row before `key` is loaded and none at it (where a slice that
-        loaded no new cursor value ends): last_value `key`, an empty boundary."""
-        state = self.cursor_state
-        if state is None:
-            raise ValueError("a backfill has no state to move")
-        value = self._canonical(key)
-        boundary = StoredBoundary.of(value, frozenset(), False, self.dedup_key) if self._dedup else None
-        return dataclasses.replace(state, last_value=value, boundary=boundary)
 
     # -- types ---------------------------------------------------------------------------------
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 # How a sliced run uses this module (the asset layer does the calling and committing):
 #     bounds = plan_run(run, now_key)            # None: run it whole, as without step
-#     for a, b in bounds: bind the cursor with window (a, b), load, commit with state_after_slice(...)
-# A slice that moved no cursor value still moves last_value to its end (`state_after_slice`), so
-# the next run does not read the empty slice again: "everything before b is loaded, nothing at b".
+#     for a, b in bounds: bind the cursor (state after the slice before) with window (a, b), load,
+#                         commit with the run's cursor_state
+# The slices' states are the states an unsliced run would pass through: last_value is always the
+# newest value loaded (a slice without rows leaves it as it was; see IncrementalRun._initial_cursor).
 
 import dataclasses
 import math
@@ -20,7 +21,6 @@ from dagster_incremental.errors import IncrementalConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from dagster_incremental.cursor.run import IncrementalRun
-    from dagster_incremental.cursor.state import CursorState
 
 MAX_SLICES = 10_000  # a plan of more slices is a step chosen far too small
 
@@ -117,21 +117,3 @@ def number_needs_end(step: Any, cursor_path: str) -> str:
         f"step={step!r} on the number cursor {cursor_path!r} needs an end_value: a number cursor has "
         "no 'now' to cut the range up to; give end_value (or remove step)."
     )
-
-
-def state_after_slice(run: IncrementalRun, before: CursorState | None, end: Any) -> CursorState | None:
-    """The cursor state to commit after a slice [a, end) that is not the run's last.
-
-    A slice that loaded new cursor values leaves the normal state (last_value = the highest
-    loaded). One that did not (no rows, or only rows at its start or re-read by lag) moves
-    last_value to `end` with an empty boundary: everything before `end` is loaded, nothing at
-    `end`, so the next run starts there with range_start "closed" and keeps every row at `end`.
-    With range_start "open" the next run would skip rows at `end`: the state stays as it is.
-    """
-    after = run.cursor_state
-    if after is None or run.spec.range_start == "open":
-        return after
-    unmoved = after.last_value in (after.start_value, before.last_value if before is not None else None)
-    if after.last_value is not None and not unmoved:
-        return after
-    return run.state_loaded_before(end)

@@ -221,6 +221,16 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 return WriteResult(0, 0, 0, rows, snapshot_id, schema)
         return self.writer.unchanged(table)
 
+    def table_row_count(self, asset_key: dg.AssetKey) -> int | None:
+        """The asset's table's live rows now (None: no such table); no JVM where its files are readable."""
+        table = self.table_name(asset_key)
+        readable, metadata = self._table_files(table)
+        if readable and metadata is None:
+            return None
+        if not readable and not self.writer.table_exists(table):
+            return None
+        return self._unchanged(table).row_count
+
     # -- asset checks ----------------------------------------------------------------------------
 
     def table_snapshot(self, table: TableRef) -> int | None:
@@ -246,6 +256,13 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         from dagster_incremental.spark.key_check import duplicate_keys
 
         return duplicate_keys(self.spark, table, keys, **options)
+
+    def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
+        """What one commit changed in each window of `column` (spark/statistics.py), with this
+        destination's session: a range run's figures per partition."""
+        from dagster_incremental.spark.statistics import pairing_key, window_counts
+
+        return window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec))
 
     # -- IOManager -------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 STATE = "dagster_incremental/state"
@@ -49,6 +50,15 @@ def json_value(value: Any):
     if isinstance(safe, (dict, list)):
         return dg.MetadataValue.json(safe)
     return dg.MetadataValue.text(json.dumps(safe))
+
+
+def window_value(window: Sequence[Any]):
+    """A window [start, end] as JSON: instants as ISO-8601 UTC with a Z, like the cursor state."""
+    import dagster as dg
+
+    from dagster_incremental.cursor.values import format_instant
+
+    return dg.MetadataValue.json([format_instant(v) if isinstance(v, datetime) else json_safe(v) for v in window])
 
 
 def table_schema(columns: Sequence[tuple[str, str]], descriptions: Mapping[str, str] | None = None):

@@ -26,7 +26,9 @@ from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.staging import stage_batches
+from dagster_incremental.dagster.partition_counts import RangeCommit, partition_figures, partition_windows
 from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
+from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.spark.write_spec import (
     CommitInfo,
@@ -140,7 +142,24 @@ class Runner:
         batch = self.batch_for(
             context, plan, spec, frame, staged, state, table_snapshot, started, self.window_replace(plan, runs)
         )
-        return self.output(context, batch, plan, stored, state, self.loaded_window(runs, plan)), state, batch
+        window = self.loaded_window(runs, plan)
+        if _ranged(context):
+            return self._commit_range(context, io, batch, plan, stored, state, window), state, batch
+        return self.output(context, batch, plan, stored, state, window), state, batch
+
+    def _commit_range(self, context, io, batch: IncrementalBatch, plan: Plan, stored, state, window) -> dg.Output:
+        """Commit a range run's batch here, not in the IO manager: each partition's figures
+        are read from the commit, and Dagster takes them only before the Output is handled."""
+        from dagster_incremental.dagster.io_manager import result_metadata
+
+        try:
+            result, _ = io.commit_batch(batch, context.asset_key, context.log)
+        finally:
+            if isinstance(batch.data, LocalRows):
+                batch.data.close()
+        extra = result_metadata(batch.spec.table, result, batch.column_descriptions)
+        commits = [RangeCommit(tuple(plan.window or window), batch.spec, result)]
+        return self.output(context, None, plan, stored, state, window, extra, commits)
 
     def load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any]):
         """Call the function, filter and stage what it gives: (the writer's data, the staged batch)."""
@@ -169,19 +188,42 @@ class Runner:
             column_descriptions=self.settings.column_descriptions,
         )
 
-    def output(self, context, value: Any, plan: Plan, stored, state, window, extra: Mapping[str, Any] | None = None):
-        """The Output with the run's metadata; a partition range gets it per partition."""
-        run_md = {md.MODE: plan.mode, md.WINDOW: md.json_value(window)}
+    def output(self, context, value: Any, plan: Plan, stored, state, window, extra: Mapping[str, Any] | None = None,
+               commits: Sequence[RangeCommit] = ()) -> dg.Output:
+        """The Output with the run's metadata; a partition range gets it per partition, each
+        partition with its own window and row figures (from `commits`, the range's commits)."""
+        run_md = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}
         if context.has_partition_key or context.has_partition_key_range:
             keys = context.partition_keys
-            scope = dg.MetadataValue.text(_counts_scope(keys))
+            own = self._partition_metadata(context, keys, commits)
             for key in keys:
                 kept = state if key == plan.scope else self._unchanged_state(stored, key)
-                context.add_asset_metadata(
-                    {**run_md, md.STATE: md.json_value(kept), md.COUNTS_SCOPE: scope}, partition_key=key
-                )
+                context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept), **own[key]}, partition_key=key)
             return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
         return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
+
+    def _partition_metadata(self, context, keys: Sequence[str], commits: Sequence[RangeCommit]) -> dict[str, dict]:
+        """Per partition of a range: its window, its own row figures and what they count. Without
+        a plain window column the figures cannot be split: the run's totals stand, said plainly."""
+        if len(keys) == 1:  # the run's own figures (the Output's) are this partition's
+            return {keys[0]: {md.COUNTS_SCOPE: dg.MetadataValue.text(_counts_scope(keys, 1, own=True))}}
+        windows = partition_windows(self.settings.partitions_def, keys)
+        column = self.settings.window_column
+        if column is None:
+            scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=False))
+            return {key: {md.WINDOW: md.window_value(windows[key]), md.COUNTS_SCOPE: scope} for key in keys}
+        figures = partition_figures(getattr(context.resources, self.io_manager_key), column, windows, commits)
+        scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=True))
+        return {
+            key: {
+                md.WINDOW: md.window_value(windows[key]),
+                md.ROWS_INSERTED: dg.MetadataValue.int(figures[key].inserted),
+                md.ROWS_UPDATED: dg.MetadataValue.int(figures[key].updated),
+                md.ROWS_DELETED: dg.MetadataValue.int(figures[key].deleted),
+                md.COUNTS_SCOPE: scope,
+            }
+            for key in keys
+        }
 
     # -- planning --------------------------------------------------------------------------------
 
@@ -239,7 +281,8 @@ class Runner:
     def _trusted(self, context, io, stored: StoredState, plan: Plan) -> StoredState:
         """The reconciled state, said aloud when the table overruled a run's Dagster cursor (the
         table is the truth about what was loaded). An open window whose table lost its cursor
-        reloads the whole window; an unpartitioned asset's run fails (_check_table_kept). A
+        reloads the whole window; an unpartitioned asset's run fails (_check_table_kept) unless the
+        table still has its rows (its cursor's snapshots were expired: Dagster's cursor is kept). A
         backfill resumes nothing: it only reports the state, as before."""
         lost = stored.overrules
         if lost is None:
@@ -262,6 +305,12 @@ class Runner:
                 "partition window (a window replace)."
             )
             return StoredState(state=None, source="none")
+        elif io.table_row_count(context.asset_key):
+            context.log.warning(
+                f"asset {asset}: table {table} has rows but no snapshot of its history carries a cursor "
+                f"(the snapshots that did were expired, e.g. after a compaction); this run resumes from {told}."
+            )
+            return lost
         return stored
 
     def _cursor_text(self, state: Mapping[str, Any] | None) -> str:
@@ -381,8 +430,10 @@ class Runner:
 
     @staticmethod
     def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
+        """The state in force for `scope`, unchanged; None (shown as null) when there is none, not
+        an empty cursor that would read as a reset."""
         entry = stored.get(scope)
-        return entry.state if entry is not None and entry.state is not None else AssetState.of({}).to_dict()
+        return entry.state if entry is not None else None
 
     @staticmethod
     def loaded_window(runs: Mapping[str, Any], plan: Plan) -> list[Any]:
@@ -417,15 +468,17 @@ def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Fa
     return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
 
 
-def _counts_scope(keys: Sequence[str]) -> str:
-    """Says what the row figures of a partition's materialization count: one commit writes a
-    whole range, so its counts are the range's, not each partition's."""
+def _counts_scope(keys: Sequence[str], commits: int, own: bool) -> str:
+    """Says what the row figures of a partition's materialization count."""
     table = "dagster/row_count is the whole table's row count"
     if len(keys) == 1:
         return f"rows_inserted/rows_updated/rows_deleted are this partition's; {table}"
+    run = f"a run over {keys[0]}...{keys[-1]} ({len(keys)} partitions, {commits} commit{'s' if commits != 1 else ''})"
+    if own:
+        return f"rows_inserted/rows_updated/rows_deleted are this partition's own, in {run}; {table}"
     return (
-        f"rows_inserted/rows_updated/rows_deleted are for the run's whole range {keys[0]}...{keys[-1]} "
-        f"({len(keys)} partitions, one commit), not this partition alone; {table}"
+        f"rows_inserted/rows_updated/rows_deleted are for the whole range of {run}, not this partition "
+        f"alone (its cursor is not a plain column to split them by); {table}"
     )
 
 
@@ -436,6 +489,11 @@ def full_refresh_instructions(op_name: str) -> str:
         "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
         "`dagster asset materialize ... --config-json` with the same."
     )
+
+
+def _ranged(context) -> bool:
+    """A run over several partitions (one commit, or one per slice, for all of them)."""
+    return (context.has_partition_key or context.has_partition_key_range) and len(context.partition_keys) > 1
 
 
 def _snapshot_id(committed: Any) -> int | None:

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.slices import plan_run, state_after_slice
+from dagster_incremental.cursor.slices import plan_run
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.partition_counts import RangeCommit
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local_rows import LocalRows
 from dagster_incremental.spark.write_spec import WriteResult
@@ -56,13 +57,16 @@ class _Totals:
     deleted: int = 0
     committed: int = 0
     last: Any = None  # the last slice's WriteResult (a sliced run has two slices at least)
+    commits: list[RangeCommit] = dataclasses.field(default_factory=list)  # each slice's, for partition figures
 
-    def add(self, result: WriteResult) -> None:
+    def add(self, commit: RangeCommit) -> None:
+        result = commit.result
         self.inserted += result.rows_inserted
         self.updated += result.rows_updated
         self.deleted += result.rows_deleted
         self.committed += 1
         self.last = result
+        self.commits.append(commit)
 
 
 class SlicedRun:
@@ -89,7 +93,7 @@ class SlicedRun:
                 with user_errors(asset, redactor):
                     slice_runs = self.runner.bind(self.context, self.plan, in_force, {self.name: window})
                     frame, staged = self.runner.load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
-                state = self._state(slice_runs, in_force, slices[index - 1][1], last=index == len(bounds))
+                state = self._state(slice_runs, whole)
                 window_replace = _sub_window(replace, window, index, len(bounds))
                 plan, spec = self._write_for(index, window_replace)
                 batch = self.runner.batch_for(
@@ -103,7 +107,7 @@ class SlicedRun:
             except BaseException:
                 self._log_failure(index, len(bounds), totals.committed)
                 raise
-            totals.add(result)
+            totals.add(RangeCommit(window, spec, result))
             self._log_slice(index, len(bounds), slice_runs[self.name], window, result)
             if self.plan.mode == "incremental":
                 in_force = AssetState.from_dict(state, self.names)
@@ -130,16 +134,18 @@ class SlicedRun:
             spec = dataclasses.replace(spec, disposition="append", strategy=None)
         return plan, spec
 
-    def _state(self, runs, in_force: AssetState, end_key: Any, last: bool) -> Any:
-        """The asset's state after a slice; a slice that loaded no new value still moves the
-        cursor to its end (see state_after_slice), except the last: nothing is known past it."""
+    def _state(self, runs, whole) -> Any:
+        """The asset's state after a slice: as the run's own would be (last_value the newest value
+        loaded, a slice without rows leaves it where it was), begun where the run began."""
         state = self.runner.state_after(runs, self.plan, self.stored)
-        if last or self.plan.mode != "incremental":
+        if self.plan.mode != "incremental":
             return state
         typed = AssetState.from_dict(state, self.names)
-        moved = state_after_slice(runs[self.name], in_force.cursor(self.name), end_key)
         cursors = {name: typed.cursor(name) for name in self.names}
-        return AssetState.of({**cursors, self.name: moved}, typed.write_keys).to_dict()
+        sliced = cursors[self.name]
+        if sliced is not None and whole.cursor_state is not None:
+            cursors[self.name] = dataclasses.replace(sliced, start_value=whole.cursor_state.start_value)
+        return AssetState.of(cursors, typed.write_keys).to_dict()
 
     def _log_slice(self, index: int, count: int, run, window, result: WriteResult) -> None:
         rows = result.rows_inserted + result.rows_updated
@@ -149,7 +155,7 @@ class SlicedRun:
     def _log_failure(self, index: int, count: int, committed: int) -> None:
         kept = f"slices 1-{committed} are committed" if committed else "no slice was committed"
         self.context.log.error(
-            f"slice {index}/{count} failed: {kept}; the next run continues from slice {committed + 1}'s start."
+            f"slice {index}/{count} failed: {kept}; the next run continues from the last committed cursor."
         )
 
     def output(self, whole, state, totals: _Totals, planned: int) -> dg.Output:
@@ -167,7 +173,7 @@ class SlicedRun:
         else:  # as an unsliced run reports it: from its start to its end, or to the last value loaded
             end = whole.end_value if whole.end_value is not None else _last_value(state, self)
             window = [whole.start_value, end]
-        return self.runner.output(self.context, None, self.plan, self.stored, state, window, extra)
+        return self.runner.output(self.context, None, self.plan, self.stored, state, window, extra, totals.commits)
 
 
 def _sub_window(replace, window: tuple[Any, Any], index: int, count: int):

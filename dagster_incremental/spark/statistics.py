@@ -99,6 +99,12 @@ def row_count(spark: SparkSession, table: TableRef, summary: Mapping[str, str]) 
     return spark.table(table.sql).count() if rows is None else rows
 
 
+def pairing_key(spec: WriteSpec) -> tuple[str, ...]:
+    """The key that pairs a removed and an added row into one update (scd2: the entity key);
+    none for append and replace, whose changes are inserts and deletes."""
+    return tuple(spec.primary_key or spec.merge_key) if spec.disposition == "merge" else ()
+
+
 def batch_rows(aligned: DataFrame, spec: WriteSpec, known_rows: int | None = None) -> BatchRows:
     """One aggregate over the prepared batch (materialised or local: cheap to read again);
     none when the rows were local and there are no tombstones to tell apart."""
@@ -213,25 +219,103 @@ def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, 
     changes = reader.table(table.metadata_table("changes"))
     data = [c for c in changes.columns if c not in ("_change_type", "_change_ordinal", "_commit_snapshot_id")]
     sign = F.when(F.col("_change_type") == "INSERT", 1).otherwise(-1)
-    row = F.to_json(F.struct(*(F.col(quote(c)) for c in data))).alias("row")
-    key_cols = [F.col(quote(k)).alias(f"k{i}") for i, k in enumerate(keys)]
-    net = changes.groupBy(row, *key_cols).agg(F.sum(sign).alias("n")).where(F.col("n") != 0)
+    signed = changes.select(_row_text(data), *_key_columns(keys), sign.alias("sign"))
+    result = _net_counts(signed, len(keys)).collect()[0]
+    return Counts(int(result.inserted or 0), int(result.updated or 0), int(result.deleted or 0))
+
+
+def window_counts(
+    spark: SparkSession,
+    table: TableRef,
+    snapshot_id: int,
+    column: str,
+    windows: Sequence[tuple[Any, Any]],
+    keys: Sequence[str],
+) -> list[Counts]:
+    """What commit `snapshot_id` (a window replace) inserted, updated and deleted in each window
+    [start, end) of `column` (e.g. each partition of a ranged run that committed once), counted
+    as commit_result counted the whole commit, grouped by window in one aggregate: the windows'
+    rows of the parent snapshot (removed) and of this one (added), netted as the changelog is
+    (identical rows cancel, per key a removed+added pair is an update), or, for a commit that
+    wrote delete files (merge-on-read), every removed row a delete and every added one an insert."""
+    snapshot = iceberg_table(spark, table).snapshot(snapshot_id)
+    parent = snapshot.parentId()
+    netted = not _int(dict(snapshot.summary()), "added-delete-files")
+    after = spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
+    names = after.columns
+    ref = F.col(quote(resolve_column(table, after.schema, column)))
+    key_names = [resolve_column(table, after.schema, k) for k in keys]
+    signed = _windowed(after, names, ref, key_names, windows, 1)
+    if parent is not None:
+        before = spark.read.option("snapshot-id", str(parent)).table(table.sql)
+        missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
+        before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
+        signed = signed.unionByName(_windowed(before, names, ref, key_names, windows, -1))
+    counted = _net_counts(signed, len(keys), by=("window",)) if netted else _raw_counts(signed, by=("window",))
+    found = {int(r.window): r for r in counted.collect()}
+    rows = [found.get(i) for i in range(len(windows))]
+    return [Counts(int(r.inserted or 0), int(r.updated or 0), int(r.deleted or 0)) if r else Counts() for r in rows]
+
+
+def _windowed(
+    frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, Any]], sign: int
+) -> DataFrame:
+    """The frame's rows inside any of `windows`, signed, with the index of their window."""
+    inside = [_inside(ref, start, end) for start, end in windows]
+    index, anywhere = F.when(inside[0], F.lit(0)), inside[0]
+    for i, condition in enumerate(inside[1:], start=1):
+        index, anywhere = index.when(condition, F.lit(i)), anywhere | condition
+    # the plain comparisons first: Iceberg prunes the files outside the windows
+    return frame.where(anywhere).select(
+        index.alias("window"), _row_text(names), *_key_columns(keys), F.lit(sign).alias("sign")
+    )
+
+
+def _inside(ref: Any, start: Any, end: Any) -> Any:
+    """`ref` in [start, end) (None: unbounded)."""
+    inside = F.lit(True)
+    if start is not None:
+        inside = inside & (ref >= F.lit(start))
+    if end is not None:
+        inside = inside & (ref < F.lit(end))
+    return inside
+
+
+def _row_text(names: Sequence[str]) -> Any:
+    """A row's data as one comparable text (NULL fields left out, as JSON does)."""
+    return F.to_json(F.struct(*(F.col(quote(c)) for c in names))).alias("row")
+
+
+def _key_columns(keys: Sequence[str]) -> list[Any]:
+    return [F.col(quote(k)).alias(f"k{i}") for i, k in enumerate(keys)]
+
+
+def _raw_counts(signed: DataFrame, by: Sequence[str]) -> DataFrame:
+    """Per `by` group: added rows as inserts, removed rows as deletes (nothing paired)."""
+    return signed.groupBy(*by).agg(
+        F.sum(F.when(F.col("sign") > 0, 1).otherwise(0)).alias("inserted"),
+        F.lit(0).alias("updated"),
+        F.sum(F.when(F.col("sign") < 0, 1).otherwise(0)).alias("deleted"),
+    )
+
+
+def _net_counts(signed: DataFrame, keys: int, by: Sequence[str] = ()) -> DataFrame:
+    """Inserted/updated/deleted per `by` group from signed rows (row text, key columns k0..,
+    sign +1 added / -1 removed): identical rows cancel out; per key a removed+added pair is an
+    update (no key: inserts and deletes only). Without `by`: one row of totals."""
+    key_names = [f"k{i}" for i in range(keys)]
+    net = signed.groupBy(*by, "row", *key_names).agg(F.sum("sign").alias("n")).where(F.col("n") != 0)
     added = F.greatest(F.col("n"), F.lit(0))
     removed = F.greatest(-F.col("n"), F.lit(0))
-    if key_cols:
-        per_key = net.groupBy(*(f"k{i}" for i in range(len(keys)))).agg(
-            F.sum(added).alias("a"), F.sum(removed).alias("r")
-        )
-        updated = F.least(F.col("a"), F.col("r"))
-        totals = per_key.agg(
-            F.sum(F.col("a") - updated).alias("inserted"),
-            F.sum(updated).alias("updated"),
-            F.sum(F.col("r") - updated).alias("deleted"),
-        )
-    else:
-        totals = net.agg(F.sum(added).alias("inserted"), F.lit(0).alias("updated"), F.sum(removed).alias("deleted"))
-    result = totals.collect()[0]
-    return Counts(int(result.inserted or 0), int(result.updated or 0), int(result.deleted or 0))
+    if not key_names:
+        return net.groupBy(*by).agg(F.sum(added).alias("inserted"), F.lit(0).alias("updated"), F.sum(removed).alias("deleted"))
+    per_key = net.groupBy(*by, *key_names).agg(F.sum(added).alias("a"), F.sum(removed).alias("r"))
+    updated = F.least(F.col("a"), F.col("r"))
+    return per_key.groupBy(*by).agg(
+        F.sum(F.col("a") - updated).alias("inserted"),
+        F.sum(updated).alias("updated"),
+        F.sum(F.col("r") - updated).alias("deleted"),
+    )
 
 
 def _tombstone(frame: DataFrame) -> Any:

@@ -33,7 +33,7 @@ from dagster_incremental.spark.partitioning import parse_partition_spec, partiti
 from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.staging import arrow_to_spark, is_local, local_rows, spark_schema_of
-from dagster_incremental.spark.statistics import batch_rows, commit_result, unchanged
+from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
 from dagster_incremental.spark.table_create import TableAlreadyExists, create_as_select, create_table, rows_to_insert
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.window_replace import replace_window
@@ -243,7 +243,7 @@ class TableWriter:
             spark.catalog.dropTempView(view)
         if counted is not None:
             return commit_result(spark, pending, kind="keyed", batch_rows=counted, aligned=aligned)
-        return commit_result(spark, pending, kind="changes", keys=_pairing_key(spec))
+        return commit_result(spark, pending, kind="changes", keys=pairing_key(spec))
 
     def _replace_window(
         self,
@@ -262,8 +262,7 @@ class TableWriter:
         if rows is not None and helpers:
             rows = rows_to_insert(rows, helpers)
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
-        keys = _pairing_key(spec) if spec.disposition == "merge" else ()
-        return commit_result(self.spark, pending, kind="changes", keys=keys)
+        return commit_result(self.spark, pending, kind="changes", keys=pairing_key(spec))
 
     def _append_local(self, pending: PendingCommit, batch: Any) -> WriteResult | None:
         """Local rows appended by pyarrow + one Iceberg commit (see local_append); None when
@@ -337,11 +336,6 @@ def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any)
         return True
     keyed = spec.strategy in (None, "upsert", "delete-insert") and not spec.merge_key
     return keyed and deduplicated and spec.hard_delete_column is None
-
-
-def _pairing_key(spec: WriteSpec) -> tuple[str, ...]:
-    """The key that pairs a removed and an added row into one update (scd2: the entity key)."""
-    return tuple(spec.primary_key or spec.merge_key)
 
 
 def _reject_helper_columns(table: TableRef, columns: Sequence[str]) -> None:

@@ -3,15 +3,16 @@ errors for steps that cannot cut a cursor's range."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagster_incremental import incremental
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.slices import parse_step, plan_run, plan_slices, state_after_slice
+from dagster_incremental.cursor.slices import parse_step, plan_run, plan_slices
 from dagster_incremental.errors import IncrementalConfigError
 
 DAY_US = 86_400_000_000
@@ -124,30 +125,69 @@ def test_a_backfill_is_planned_to_its_end_value_and_a_date_cursor_in_days():
     assert plan_run(number.bind(None), NOW) == [(0, 10), (10, 20), (20, 25)]
 
 
-def _slice_run(state=None, **kwargs):
-    spec = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id", step="P1D", **kwargs)
-    return spec.bind(state, window=(None, "2024-01-02T00:00:00Z"))
+def _chain(rows, bounds, state=None, **kwargs):
+    """The state after running `rows` slice by slice: each slice bound to the state the slice
+    before left, with the slice's window (as a sliced asset run binds them)."""
+    spec = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id", **kwargs)
+    for window in bounds:
+        run = spec.bind(state, window=window)
+        run.filter(rows)
+        state = run.cursor_state
+    return state
 
 
-def test_an_empty_slice_moves_the_cursor_to_its_end_with_an_empty_boundary():
-    run = _slice_run()
-    run.filter([])
-    after = state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp"))
-    assert after.last_value == "2024-01-02T00:00:00Z"
-    assert after.boundary is not None and after.boundary.keys == () and not after.boundary.overflow
+DAYS = [f"2024-01-0{d}T00:00:00Z" for d in range(1, 7)]
+FOUR_SLICES = list(zip([None, *DAYS[1:4]], [*DAYS[1:4], None]))  # [.., d2) [d2, d3) [d3, d4) [d4, ..)
+
+
+def test_slices_without_rows_leave_last_value_at_the_newest_row():
+    rows = [{"id": 1, "t": "2024-01-01T05:00:00Z"}, {"id": 2, "t": "2024-01-02T07:00:00Z"},
+            {"id": 3, "t": "2024-01-02T07:00:00Z"}]
+    after = _chain(rows, FOUR_SLICES)
+    assert after.last_value == "2024-01-02T07:00:00Z"  # not a slice's bound
+    assert after.boundary is not None and after.boundary.keys == (2, 3) and not after.boundary.overflow
+    late = {"id": 4, "t": "2024-01-03T10:00:00Z"}  # arrives for an empty slice's day
     nxt = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id").bind(after)
-    at_end = {"id": 1, "t": "2024-01-02T00:00:00Z"}
-    assert nxt.filter([at_end]) == [at_end]  # a row at the slice's end is loaded by the next run
+    assert nxt.filter([*rows, late]) == [late]
 
 
-def test_a_slice_with_new_rows_keeps_the_normal_state():
-    run = _slice_run()
-    run.filter([{"id": 1, "t": "2024-01-01T05:00:00Z"}, {"id": 2, "t": "2024-01-02T00:00:00Z"}])
-    after = state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp"))
-    assert after == run.cursor_state and after.last_value == "2024-01-01T05:00:00Z"
+def test_with_an_open_range_start_slices_without_rows_keep_the_state():
+    rows = [{"id": 1, "t": "2024-01-01T05:00:00Z"}]
+    assert _chain(rows, FOUR_SLICES, range_start="open").last_value == "2024-01-01T05:00:00Z"
 
 
-def test_with_an_open_range_start_an_empty_slice_keeps_the_state():
-    run = _slice_run(range_start="open")
-    run.filter([])
-    assert state_after_slice(run, None, cv.to_key("2024-01-02T00:00:00Z", "timestamp")) == run.cursor_state
+def test_a_slice_sees_the_newest_value_loaded_as_its_last_value_before_any_row():
+    before = _chain([{"id": 1, "t": "2024-01-01T05:00:00Z"}], FOUR_SLICES[:1])
+    run = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id").bind(before, window=FOUR_SLICES[2])
+    assert run.start_value == cv.key_to_public(cv.to_key(DAYS[2], "timestamp"), "timestamp")
+    assert run.last_value == cv.key_to_public(cv.to_key("2024-01-01T05:00:00Z", "timestamp"), "timestamp")
+
+
+HOUR_US = 3_600_000_000
+
+
+@settings(deadline=None)  # the machine is shared: timing says nothing here
+@given(
+    hours=st.lists(st.integers(0, 24 * 5 - 1), max_size=40),
+    step_hours=st.sampled_from([5, 24, 31]),
+    seed=st.sampled_from([None, 2, 30, 60]),
+)
+def test_a_sliced_run_ends_with_the_state_of_an_unsliced_run(hours, step_hours, seed):
+    """Random rows with random gaps (hours of five days, several rows an hour), an optional
+    earlier run up to `seed` hours: cut into slices or not, the run leaves the same state."""
+    start = cv.to_key("2024-01-01T00:00:00Z", "timestamp")
+    rows = [{"id": i, "t": cv.key_to_canonical(start + h * HOUR_US, "timestamp")} for i, h in enumerate(hours)]
+    spec = incremental("t", initial_value="2024-01-01T00:00:00Z", primary_key="id")
+    state = None
+    if seed is not None:
+        first = spec.bind(None, window=(None, cv.key_to_public(start + seed * HOUR_US, "timestamp")))
+        first.filter(rows)
+        state = first.cursor_state
+    whole = spec.bind(state)
+    end = start + 5 * 24 * HOUR_US
+    cuts = plan_slices(whole.start_key, end, step_hours * HOUR_US)
+    inner = [cv.key_to_public(b, "timestamp") for _, b in cuts[:-1]]
+    bounds = list(zip([None, *inner], [*inner, None]))
+    whole.filter(rows)
+    sliced = _chain(rows, bounds, state)
+    assert dataclasses.replace(sliced, start_value=None) == dataclasses.replace(whole.cursor_state, start_value=None)

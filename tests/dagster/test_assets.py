@@ -177,8 +177,9 @@ def test_partitioned_ranged_backfill_leaves_live_cursor_and_window_rerun_removes
     for key in keys:
         meta = materialization(ranged, key)
         assert meta["dagster_incremental/mode"].value == "backfill"
-        scope = meta["dagster_incremental/counts_scope"].value  # figures are the range's, said plainly
-        assert f"whole range {keys[0]}...{keys[-1]} (3 partitions" in scope and "whole table" in scope
+        scope = meta["dagster_incremental/counts_scope"].value  # each partition's own figures, said plainly
+        assert f"this partition's own, in a run over {keys[0]}...{keys[-1]} (3 partitions" in scope
+        assert "whole table" in scope and meta["dagster_incremental/rows_inserted"].value == 2
     assert "this partition's" in materialization(live, today_key)["dagster_incremental/counts_scope"].value
     assert len(table_rows(spark, io_manager, "events_p", "event_id")) == 2 + 6
     # the open partition's cursor is untouched by the backfill

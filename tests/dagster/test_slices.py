@@ -208,4 +208,131 @@ def test_a_partition_range_backfill_commits_one_day_per_slice(spark, env, instan
     assert sorted(e.partition for e in events) == ["2024-03-02", "2024-03-03", "2024-03-04"]
     meta = {k: v.value for k, v in events[0].metadata.items()}
     assert meta["dagster_incremental/slices"] == [3, 3] and meta["dagster_incremental/mode"] == "backfill"
-    assert meta["dagster_incremental/rows_inserted"] == 12
+    assert all(e.metadata["dagster_incremental/rows_inserted"].value == 4 for e in events)  # each day's own
+    output = next(e.event_specific_data.metadata for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
+    assert output["dagster_incremental/rows_inserted"].value == 12  # the run's total
+
+
+def catch_up_asset(name: str, config: str, start: datetime, source: dict, step: str | None):
+    """An append asset with freshness one day over source["rows"], from `start`, cut by `step`
+    (None: unsliced); its source asks for the window it is given, as sliced_asset's does."""
+    default = incremental("event_time", initial_value=start.isoformat(), step=step)
+
+    def body(event_time: Incremental = default):
+        low, high = event_time.start_value, event_time.end_value
+        return [r for r in source["rows"] if r["event_time"] >= low and (high is None or r["event_time"] < high)]
+
+    body.__name__ = name
+    return incremental_asset(name=name, primary_key="id", config_path=config, freshness="P1D")(body)
+
+
+def cursor_fresh(result: dg.ExecuteInProcessResult) -> dg.AssetCheckEvaluation:
+    found = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return next(e for e in found if e.check_name == "cursor_fresh")
+
+
+def resumable_state(spark, io, name: str) -> dict:
+    """The table's newest cursor without start_value (which only reports where a run began)."""
+    return {k: v for k, v in committed_states(spark, io, name)[-1].items() if k != "start_value"}
+
+
+def test_slices_without_rows_leave_last_value_at_the_newest_row_as_an_unsliced_run_does(spark, env, instance):
+    """A four-day catch-up whose data stops after day two: last_value is the newest row (not
+    today's midnight), cursor_fresh says the source is stale, and rows that arrive late for day
+    three are loaded by the next run. A sliced and an unsliced asset end alike."""
+    config, io, _ = env
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=4)
+    source = {"rows": [{"id": i, "event_time": start + timedelta(hours=i), "value": i} for i in range(48)]}
+    newest = (start + timedelta(hours=47)).strftime("%Y-%m-%dT%H:%M:%S")
+    sliced = catch_up_asset("catch_up", config, start, source, step="P1D")
+    whole = catch_up_asset("catch_up_whole", config, start, source, step=None)
+
+    result = materialize(sliced, instance, io)
+    assert result.success, failure_text(result)
+    assert metadata(result, "catch_up")["dagster_incremental/slices"][1] == 5
+    assert committed_states(spark, io, "catch_up")[-1]["last_value"].startswith(newest)
+    assert metadata(result, "catch_up")["dagster_incremental/state"]["last_value"].startswith(newest)
+    stale = cursor_fresh(result)
+    assert not stale.passed and stale.metadata["last_value"].value.startswith(newest)
+    assert materialize(whole, instance, io).success
+
+    late = {"id": 100, "event_time": start + timedelta(days=2, hours=10), "value": -1}  # day three
+    source["rows"] = [*source["rows"], late]
+    for asset in (sliced, whole):
+        again = materialize(asset, instance, io)
+        assert again.success, failure_text(again)
+    assert ids(spark, io, "catch_up") == [*range(48), 100]
+    assert rows(spark, io, "catch_up") == rows(spark, io, "catch_up_whole")
+    assert resumable_state(spark, io, "catch_up") == resumable_state(spark, io, "catch_up_whole")
+    assert committed_states(spark, io, "catch_up")[-1]["last_value"].startswith(
+        (start + timedelta(days=2, hours=10)).strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+DAY0 = datetime(2024, 3, 1, tzinfo=timezone.utc)
+FIVE_DAYS = ["2024-03-01", "2024-03-02", "2024-03-03", "2024-03-04", "2024-03-05"]
+
+
+def day_rows(counts: list[int], changed: int | None = None) -> list[dict]:
+    """`counts[d]` rows on day d (ids d*10+k); the row with id `changed` has another value."""
+    return [
+        {"id": d * 10 + k, "event_time": DAY0 + timedelta(days=d, hours=k), "value": 1 + (d * 10 + k == changed)}
+        for d, n in enumerate(counts)
+        for k in range(n)
+    ]
+
+
+def partition_metadata(result: dg.ExecuteInProcessResult, name: str) -> dict[str, dict]:
+    return {
+        e.partition: {k: v.value for k, v in e.metadata.items()} for e in result.asset_materializations_for_node(name)
+    }
+
+
+def figures(meta: dict) -> tuple[int, int, int]:
+    return tuple(meta[f"dagster_incremental/rows_{kind}"] for kind in ("inserted", "updated", "deleted"))
+
+
+@pytest.mark.parametrize("step", [None, "P1D", "P2D"])
+@pytest.mark.parametrize("disposition", ["append", "delete-insert"])
+def test_each_partition_of_a_ranged_backfill_shows_its_own_figures(spark, env, instance, disposition, step):
+    """A 5-day backfill in one run (day four has no rows), then again after day one grew, day
+    three emptied at the source and a day-five row changed: every partition's materialization
+    carries its own counts and window, whether the run commits once, per day or per two days."""
+    config, io, _ = env
+    name = f"own_{disposition.replace('-', '_')}_{(step or 'whole').lower()}"
+    parts = dg.DailyPartitionsDefinition(start_date="2024-03-01", end_date="2024-03-10")
+    source = {"rows": day_rows([3, 1, 2, 0, 4])}
+    write = "append" if disposition == "append" else {"disposition": "merge", "strategy": disposition}
+
+    def body(event_time: Incremental = incremental("event_time", step=step)):
+        low, high = event_time.start_value, event_time.end_value
+        return [r for r in source["rows"] if low <= r["event_time"] < high]
+
+    body.__name__ = name
+    asset = incremental_asset(name=name, primary_key="id", partitions_def=parts, config_path=config,
+                              write_disposition=write)(body)
+    tags = {"dagster/asset_partition_range_start": FIVE_DAYS[0], "dagster/asset_partition_range_end": FIVE_DAYS[-1]}
+
+    first = materialize(asset, instance, io, tags=tags)
+    assert first.success, failure_text(first)
+    meta = partition_metadata(first, name)
+    assert sorted(meta) == FIVE_DAYS
+    assert [figures(meta[k]) for k in FIVE_DAYS] == [(3, 0, 0), (1, 0, 0), (2, 0, 0), (0, 0, 0), (4, 0, 0)]
+    assert meta["2024-03-02"]["dagster_incremental/window"] == ["2024-03-02T00:00:00Z", "2024-03-03T00:00:00Z"]
+    assert all("this partition's own" in m["dagster_incremental/counts_scope"] for m in meta.values())
+    assert all(m["dagster_incremental/state"] == "null" for m in meta.values())  # no cursor: not a reset one
+    assert all(m["dagster/row_count"] == 10 for m in meta.values())  # the whole table's, as said
+
+    source["rows"] = day_rows([4, 1, 0, 0, 4], changed=41)
+    second = materialize(asset, instance, io, tags=tags)
+    assert second.success, failure_text(second)
+    meta = partition_metadata(second, name)
+    if disposition == "append":  # identical rows cancel out, as in the commit's own counts
+        expected = [(1, 0, 0), (0, 0, 0), (0, 0, 2), (0, 0, 0), (1, 0, 1)]
+    else:  # a keyed table's window replace (merge-on-read) counts each row it rewrote
+        expected = [(4, 0, 3), (1, 0, 1), (0, 0, 2), (0, 0, 0), (4, 0, 4)]
+    assert [figures(meta[k]) for k in FIVE_DAYS] == expected
+    output = next(e.event_specific_data.metadata for e in second.all_events if e.event_type_value == "STEP_OUTPUT")
+    assert output["dagster_incremental/rows_inserted"].value == sum(f[0] for f in expected)  # the run's totals
+    assert output["dagster_incremental/rows_deleted"].value == sum(f[2] for f in expected)
+    assert sorted(ids(spark, io, name)) == [0, 1, 2, 3, 10, 40, 41, 42, 43]

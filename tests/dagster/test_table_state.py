@@ -242,6 +242,28 @@ def test_a_rolled_back_table_is_reloaded_from_its_own_cursor(spark, instance, io
     assert [r["id"] for r in rows(spark, io_manager, "orders")] == [0, 1, 2, 3, 4, 5, 5]  # day 6 read again
 
 
+def test_compaction_and_snapshot_expiry_keep_the_cursor_in_force(spark, instance, io_manager, config_file, namespace):
+    """Maintenance may expire every snapshot that carried the cursor: the table still has its rows,
+    so the run resumes from Dagster's cursor (and says why) instead of failing or reloading."""
+    source = [{"id": i, "updated_at": iso(i + 1)} for i in range(3)]
+    orders = _append_asset(config_file, source)
+    run(orders, instance, io_manager)
+    source.append({"id": 3, "updated_at": iso(4)})
+    run(orders, instance, io_manager)
+    name = f"{namespace}.orders"
+    spark.sql(f"CALL lake.system.rewrite_data_files(table => '{name}', options => map('rewrite-all', 'true'))")
+    newest = spark.sql(f"SELECT max(committed_at) AS t FROM {table_of(io_manager, 'orders')}.snapshots").first().t
+    spark.sql(f"CALL lake.system.expire_snapshots(table => '{name}', older_than => TIMESTAMP '{newest}', retain_last => 1)")
+    assert io_manager.committed_state(dg.AssetKey("orders")) is None  # no snapshot carries a cursor now
+    source.append({"id": 4, "updated_at": iso(5)})
+
+    resumed = run(orders, instance, io_manager)
+    assert [r["id"] for r in rows(spark, io_manager, "orders")] == [0, 1, 2, 3, 4]
+    assert state(resumed)["last_value"] == iso(5)
+    assert any("expired" in w for w in warnings(instance, resumed))
+    assert warnings(instance, run(orders, instance, io_manager)) == []  # the new commit carries it again
+
+
 def test_an_open_partition_whose_table_was_dropped_reloads_its_window(spark, instance, io_manager, config_file):
     source: list[dict] = []
     events, key, today = _open_day_asset(config_file, source, "events_drop")

@@ -1,0 +1,91 @@
+"""Each partition's own row figures in a run over a range of partitions.
+
+A range run commits once (or once per slice), but Dagster records one materialization per
+partition: each must show what happened to its own window, not the range's totals.
+"""
+
+from __future__ import annotations
+
+# A commit whose window lies within one partition (a slice of a step that divides the
+# partitions) gives that partition its figures as they are; a commit over several partitions is
+# split by one Spark aggregate grouped by partition window (spark/statistics.window_counts).
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, time, timezone
+from typing import Any
+
+from dagster_incremental.spark.write_spec import WriteResult, WriteSpec
+
+Window = tuple[Any, Any]  # [start, end) of the window column; None: unbounded
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeCommit:
+    """One commit of a range run: the window it wrote and what it did."""
+
+    window: Window
+    spec: WriteSpec
+    result: WriteResult
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """Rows one partition gained, saw changed and lost in the run (as a commit's counts)."""
+
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+    @classmethod
+    def of(cls, counts: Any) -> Figures:
+        """From a WriteResult or the statistics' Counts."""
+        if isinstance(counts, WriteResult):
+            return cls(counts.rows_inserted, counts.rows_updated, counts.rows_deleted)
+        return cls(counts.inserted, counts.updated, counts.deleted)
+
+    def __add__(self, other: Figures) -> Figures:
+        return Figures(self.inserted + other.inserted, self.updated + other.updated, self.deleted + other.deleted)
+
+
+def partition_windows(partitions_def: Any, keys: Sequence[str]) -> dict[str, Window]:
+    """Each partition key's time window [start, end)."""
+    out = {}
+    for key in keys:
+        window = partitions_def.time_window_for_partition_key(key)
+        out[key] = (window.start, window.end)
+    return out
+
+
+def partition_figures(
+    io: Any, column: str, windows: Mapping[str, Window], commits: Sequence[RangeCommit]
+) -> dict[str, Figures]:
+    """Per partition, the sum of what each commit did inside its window."""
+    totals = {key: Figures() for key in windows}
+    for commit in commits:
+        result = commit.result
+        if not (result.rows_inserted or result.rows_updated or result.rows_deleted):
+            continue  # nothing changed (or nothing was committed): nothing to share out
+        touched = [key for key, window in windows.items() if _overlaps(window, commit.window)]
+        if len(touched) == 1:
+            totals[touched[0]] += Figures.of(result)
+            continue
+        counts = io.window_counts(commit.spec, result.snapshot_id, column, [windows[key] for key in touched])
+        for key, count in zip(touched, counts):
+            totals[key] += Figures.of(count)
+    return totals
+
+
+def _overlaps(a: Window, b: Window) -> bool:
+    """Whether two half-open windows share an instant (None: unbounded on that side)."""
+    a_start, a_end, b_start, b_end = (_instant(v) for v in (*a, *b))
+    return (a_end is None or b_start is None or b_start < a_end) and (b_end is None or a_start is None or a_start < b_end)
+
+
+def _instant(value: Any) -> Any:
+    """A window bound comparable with a partition's (a date is its midnight, UTC)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, date):
+        return datetime.combine(value, time(), tzinfo=timezone.utc)
+    return value
