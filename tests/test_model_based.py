@@ -825,3 +825,21 @@ EVERY_DAILY_RULE = [
 
 def test_every_daily_rule_in_one_sequence(env):
     drive(type("D", (DailyMachine,), {"ENV": env})(), EVERY_DAILY_RULE)
+
+
+# A table recreated by a window backfill after it was dropped holds rows but no cursor: the next
+# incremental run must not continue from Dagster's cursor (the rows before it, outside the
+# backfilled window, would never come back).
+DROPPED_THEN_BACKFILLED = [
+    ("new_rows", {"amounts": [1, 2]}),
+    *[("new_rows", {"amounts": [n]}) for n in range(3, 9)],
+    ("incremental_run", {}),
+    ("drop_table", {}),
+    ("window_backfill", {"low": 6, "length": 2}),
+    ("incremental_run", {}),  # refused: the table holds no cursor
+    ("full_refresh", {}),
+]
+
+
+def test_a_table_recreated_by_a_backfill_after_a_drop_is_not_continued(env):
+    drive(type("M", (AssetMachine,), {"DISPOSITION": "upsert", "ENV": env})(), DROPPED_THEN_BACKFILLED)
