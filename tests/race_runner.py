@@ -4,12 +4,13 @@ Used by tests/test_race_without_pool.py, which starts several of these at once o
 instance with no concurrency pool. The source is a function of the clock, so every process sees
 the same rows at the same moment:
     RACE_T0, RACE_TICK, RACE_END   tick k (k < RACE_END) exists from RACE_T0 + k * RACE_TICK on
-    RACE_CONFIG, RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
+    RACE_CONFIG, RACE_CATALOG (JSON: name, warehouse, spark_config), RACE_NAMESPACE, DAGSTER_HOME
 Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -52,11 +53,13 @@ def main() -> int:
                      merge_key="id" if s == "scd2" else None)
         for s in STRATEGIES
     ]
+    catalog = json.loads(os.environ["RACE_CATALOG"])
     io = SparkTableIOManager(
-        catalog="lake", namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
+        catalog=catalog["name"], namespace=os.environ["RACE_NAMESPACE"], warehouse=catalog["warehouse"],
         master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1"},
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1",
+                      **_jars(catalog["spark_config"]), **catalog["spark_config"]},
     )
     deadline = t0 + end * tick
     with dg.DagsterInstance.get() as instance:
@@ -68,6 +71,17 @@ def main() -> int:
             if last:
                 return 0
             time.sleep(random.random() * 0.5)
+
+
+def _jars(catalog_conf: dict) -> dict:
+    """The Iceberg runtime plus, for a JDBC catalog, its driver (README: a JDBC catalog)."""
+    from postgres_server import driver_jar
+
+    from dagster_incremental.spark.session import iceberg_runtime_jar
+
+    if not any(k.endswith(".type") and v == "jdbc" for k, v in catalog_conf.items()):
+        return {}
+    return {"spark.jars": f"{iceberg_runtime_jar()},{driver_jar()}"}
 
 
 def _report(result) -> None:
