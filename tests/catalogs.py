@@ -3,6 +3,7 @@ and a JDBC catalog on a PostgreSQL server the tests start (tests/postgres_server
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,29 @@ class Catalog:
         return SqlCatalog(self.name, uri=self.server.sqlalchemy_uri, warehouse=self.warehouse)
 
 
+def to_env(catalog: Catalog | None) -> str:
+    """The catalog for a runner subprocess (tests/race_runner.py, tests/fault_runner.py)."""
+    if catalog is None:
+        return ""
+    return json.dumps({"name": catalog.name, "warehouse": catalog.warehouse, "spark_config": dict(catalog.spark_config)})
+
+
+def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
+    """(catalog name, Spark conf) of a runner from `to_env`'s text ("": the default catalog):
+    a JDBC catalog also needs its driver jar next to the Iceberg runtime (README recipe)."""
+    from postgres_server import driver_jar
+
+    from dagster_incremental.spark.session import iceberg_runtime_jar
+
+    if not text:
+        return None, {}
+    found = json.loads(text)
+    conf = dict(found["spark_config"])
+    if any(k.endswith(".type") and v == "jdbc" for k, v in conf.items()):
+        conf["spark.jars"] = f"{iceberg_runtime_jar()},{driver_jar()}"
+    return found["name"], conf
+
+
 def hadoop_catalog(warehouse: str) -> Catalog:
     return Catalog(kind="hadoop", name="lake", warehouse=warehouse)
 
@@ -52,3 +76,24 @@ def jdbc_catalog(server: Any, warehouse: str) -> Catalog:
 
     return Catalog(kind="jdbc", name=JDBC_CATALOG, warehouse=warehouse,
                    spark_config=jdbc_catalog_conf(JDBC_CATALOG, server, warehouse), server=server)
+
+
+def assert_pyiceberg_agrees(catalog: Catalog, spark: Any, table: Any) -> None:
+    """On a JDBC catalog, pyiceberg (SQLAlchemy on the same PostgreSQL) reads the table Spark
+    wrote: the same rows, and the current snapshot's summary carries the same cursor."""
+    from dagster_incremental.spark.write_spec import STATE_PROPERTY
+
+    if catalog.kind != "jdbc":
+        return
+    spark.sql(f"REFRESH TABLE {table.sql}")
+    frame = spark.table(table.sql)
+    expected = sorted((tuple(r) for r in frame.collect()), key=repr)
+    read = catalog.pyiceberg().load_table((*table.namespace, table.name))
+    arrow = read.scan(selected_fields=tuple(frame.columns)).to_arrow().select(frame.columns)
+    got = sorted(zip(*(arrow.column(c).to_pylist() for c in frame.columns)), key=repr)
+    assert got == expected, f"pyiceberg reads {len(got)} rows of {table.display}, Spark {len(expected)}"
+    spark_summary = spark.sql(
+        f"SELECT summary FROM {table.sql}.`snapshots` ORDER BY committed_at DESC LIMIT 1").first().summary
+    current = read.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary.additional_properties.get(STATE_PROPERTY) == spark_summary.get(STATE_PROPERTY)

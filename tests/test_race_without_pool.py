@@ -15,13 +15,12 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import json
-
 import dagster as dg
 import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
 from attack_support import committed_states, dagster_state, failure_text, rows, scd2_rows, source_asset, table_id
+from catalogs import assert_pyiceberg_agrees, to_env
 from race_runner import STRATEGIES, asset_name, source_rows
 
 pytestmark = pytest.mark.spark
@@ -45,8 +44,7 @@ def race(spark, catalog, tmp_path_factory):
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))):
         pass  # create the instance's databases once, before four processes open them at once
     t0 = time.time() + 20  # the processes' JVMs start first, so they race from the first tick
-    env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_CATALOG=json.dumps({"name": catalog.name, "warehouse": catalog.warehouse,
-                                                   "spark_config": dict(catalog.spark_config)}),
+    env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_CATALOG=to_env(catalog), RACE_WAREHOUSE=catalog.warehouse,
                RACE_NAMESPACE=namespace, RACE_T0=str(t0), RACE_TICK=str(TICK), RACE_END=str(END),
                SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "race_runner.py")], env=env, cwd=ROOT,
@@ -68,7 +66,7 @@ def _steps(outs, name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_racing_processes_double_and_lose_no_row(strategy, spark, race):
+def test_racing_processes_double_and_lose_no_row(strategy, spark, race, catalog):
     instance, io, assets, full, outs = race
     name = asset_name(strategy)
     steps = _steps(outs, name)
@@ -94,6 +92,7 @@ def test_racing_processes_double_and_lose_no_row(strategy, spark, race):
         got = rows(spark, io, name, ["id", "amount", "updated"])
         assert got == expected, f"{len(got)} rows, {len(expected)} expected: a row was lost or doubled"
     assert committed_states(spark, io, name)[-1]["last_value"] == END - 1
+    assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
     assert dagster_state(instance, name)["last_value"] == END - 1
 
 
