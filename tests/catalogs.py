@@ -4,6 +4,7 @@ and a JDBC catalog on a PostgreSQL server the tests start (tests/postgres_server
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,13 @@ def jdbc_catalog(server: Any, warehouse: str) -> Catalog:
                    spark_config=jdbc_catalog_conf(JDBC_CATALOG, server, warehouse), server=server)
 
 
+def _naive(value: Any) -> Any:
+    """pyiceberg's timestamptz as Spark's collect() gives it: naive, in UTC (the tests' zone)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
 def assert_pyiceberg_agrees(catalog: Catalog, spark: Any, table: Any) -> None:
     """On a JDBC catalog, pyiceberg (SQLAlchemy on the same PostgreSQL) reads the table Spark
     wrote: the same rows, and the current snapshot's summary carries the same cursor."""
@@ -90,7 +98,7 @@ def assert_pyiceberg_agrees(catalog: Catalog, spark: Any, table: Any) -> None:
     expected = sorted((tuple(r) for r in frame.collect()), key=repr)
     read = catalog.pyiceberg().load_table((*table.namespace, table.name))
     arrow = read.scan(selected_fields=tuple(frame.columns)).to_arrow().select(frame.columns)
-    got = sorted(zip(*(arrow.column(c).to_pylist() for c in frame.columns)), key=repr)
+    got = sorted((tuple(map(_naive, r)) for r in zip(*(arrow.column(c).to_pylist() for c in frame.columns))), key=repr)
     assert got == expected, f"pyiceberg reads {len(got)} rows of {table.display}, Spark {len(expected)}"
     spark_summary = spark.sql(
         f"SELECT summary FROM {table.sql}.`snapshots` ORDER BY committed_at DESC LIMIT 1").first().summary
