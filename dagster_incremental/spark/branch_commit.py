@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.table_metadata import cursor_of
+from dagster_incremental.spark.table_metadata import CursorFields, cursor_of
 from dagster_incremental.spark.table_ref import TableRef
 
 BRANCH_PREFIX = "dagster_incremental_"  # a run's private branch; removed when it is published
@@ -146,7 +146,7 @@ def _leftovers(metadata: Any, now_ms: int) -> list[str]:
     return names
 
 
-def _newest_cursor(metadata: Any, snapshot: Any, scope: str | None):
+def _newest_cursor(metadata: Any, snapshot: Any, scope: str | None) -> CursorFields | None:
     """The newest cursor (of `scope`) in the lineage ending at `snapshot` (of `metadata`)."""
     while snapshot is not None:
         fields = cursor_of(dict(snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
