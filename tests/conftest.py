@@ -27,8 +27,10 @@ def spark_warehouse():
 @pytest.fixture(scope="session")
 def spark(spark_warehouse):
     """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`."""
-    from dagster_incremental.spark.session import build_spark_session, spark_conf
+    from dagster_incremental.spark.session import build_spark_session, iceberg_runtime_jar, spark_conf
+    from postgres_server import driver_jar
 
+    jars = [iceberg_runtime_jar()] + ([driver_jar()] if driver_jar() else [])  # + the JDBC catalog's driver
     conf = spark_conf(
         master="local[2]",
         app_name="dagster-incremental-tests",
@@ -41,12 +43,35 @@ def spark(spark_warehouse):
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.ui.showConsoleProgress": "false",
+            "spark.jars": ",".join(jars),
         },
     )
     session = build_spark_session(conf)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server for the JDBC catalog, started once per test session."""
+    from postgres_server import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session", params=["hadoop", "jdbc"])
+def catalog(request, spark, spark_warehouse):
+    """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`."""
+    from catalogs import hadoop_catalog, jdbc_catalog
+
+    if request.param == "hadoop":
+        return hadoop_catalog(spark_warehouse)
+    found = jdbc_catalog(request.getfixturevalue("postgres"), os.path.join(spark_warehouse, "jdbc"))
+    for key, value in found.spark_config.items():
+        spark.conf.set(key, value)
+    return found
 
 
 @pytest.fixture

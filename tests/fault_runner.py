@@ -7,7 +7,7 @@ Used by tests/test_faults.py. Everything comes from the environment:
     FAULT_ASSET           the asset name; FAULT_STRATEGY its disposition (append, upsert, ...);
                           several assets: FAULT_ASSET="a:append,b:upsert" (FAULT_STRATEGY unused)
     FAULT_POINT           where to die (see POINTS); "none" runs normally
-    FAULT_WAREHOUSE, FAULT_NAMESPACE   the destination
+    FAULT_WAREHOUSE, FAULT_NAMESPACE   the destination; FAULT_CATALOG its catalog (catalogs.to_env)
 
 The kill is applied by monkeypatching the library from here; the library has no fault hooks.
 """
@@ -41,6 +41,7 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
+    from catalogs import runner_spark_config
     from dagster_incremental import SparkTableIOManager
     from dagster_incremental.spark import dialect, writer as table_writer
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
@@ -58,11 +59,12 @@ def main() -> int:
         source_asset(name, os.environ["FAULT_CONFIG"], strategy, source, merge_key="id" if strategy == "scd2" else None)
         for name, strategy in named
     ]
+    catalog, conf = runner_spark_config(os.environ.get("FAULT_CATALOG", ""))
     io = SparkTableIOManager(
-        catalog="lake", namespace=os.environ["FAULT_NAMESPACE"], warehouse=os.environ["FAULT_WAREHOUSE"],
+        catalog=catalog or "lake", namespace=os.environ["FAULT_NAMESPACE"], warehouse=os.environ["FAULT_WAREHOUSE"],
         master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1"},
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
 
     if point == "during-commit":

@@ -4,7 +4,7 @@ Used by tests/test_race_without_pool.py, which starts several of these at once o
 instance with no concurrency pool. The source is a function of the clock, so every process sees
 the same rows at the same moment:
     RACE_T0, RACE_TICK, RACE_END   tick k (k < RACE_END) exists from RACE_T0 + k * RACE_TICK on
-    RACE_CONFIG, RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
+    RACE_CONFIG, RACE_CATALOG (catalogs.to_env), RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
 Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
 """
 
@@ -43,6 +43,7 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
+    from catalogs import runner_spark_config
     from dagster_incremental import SparkTableIOManager
 
     t0, tick, end = float(os.environ["RACE_T0"]), float(os.environ["RACE_TICK"]), int(os.environ["RACE_END"])
@@ -52,11 +53,12 @@ def main() -> int:
                      merge_key="id" if s == "scd2" else None)
         for s in STRATEGIES
     ]
+    catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
     io = SparkTableIOManager(
-        catalog="lake", namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
+        catalog=catalog, namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
         master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1"},
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
     deadline = t0 + end * tick
     with dg.DagsterInstance.get() as instance:

@@ -30,14 +30,13 @@ from attack_support import (
     committed_states,
     dagster_state,
     failure_text,
-    io_manager_for,
     materialize,
     rows,
     scd2_rows,
     snapshots,
     source_asset,
-    write_config,
 )
+from catalogs import assert_pyiceberg_agrees, to_env
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.spark import dialect, writer as table_writer
 
@@ -167,10 +166,11 @@ HEAL_AFTER = {"commit-raises", "after-commit", "event-recording"}
 
 
 @pytest.mark.parametrize("strategy", ["append", "delete-insert", "upsert", "scd2"])
-def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, spark_warehouse, instance, tmp_path, monkeypatch):
+def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, catalog, instance, tmp_path, monkeypatch):
     namespace = "fault_" + uuid.uuid4().hex[:8]
-    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
-    io = io_manager_for(spark_warehouse, namespace)
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
     name = "f_" + strategy.replace("-", "_")
     history = History()
     feed = {"source": history.source}
@@ -203,6 +203,7 @@ def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, spark
         assert healed.success, failure_text(healed)
         history.committed()
         history.check(spark, io, instance, name, strategy)
+    assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
 
 
 # -- SIGKILL in a subprocess ------------------------------------------------------------------------
@@ -216,24 +217,26 @@ KILLS = [
 
 
 @pytest.fixture(scope="module")
-def kill_env(spark_warehouse, tmp_path_factory):
+def kill_env(catalog, tmp_path_factory):
     base = tmp_path_factory.mktemp("kills")
     home = base / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     namespace = "kill_" + uuid.uuid4().hex[:8]
-    config = write_config(base / "config.toml", spark_warehouse, namespace)
-    return base, home, namespace, config
+    config = base / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    return base, home, namespace, str(config)
 
 
-def run_in_subprocess(kill_env, spark_warehouse, name: str, strategy: str, point: str, source: list[dict]):
+def run_in_subprocess(kill_env, catalog, name: str, strategy: str, point: str, source: list[dict]):
     base, home, namespace, config = kill_env
     src = base / f"{name}.json"
     src.write_text(json.dumps(source))
     env = dict(os.environ)
     env.update(
         DAGSTER_HOME=str(home), FAULT_CONFIG=config, FAULT_SOURCE=str(src), FAULT_ASSET=name,
-        FAULT_STRATEGY=strategy, FAULT_POINT=point, FAULT_WAREHOUSE=spark_warehouse, FAULT_NAMESPACE=namespace,
+        FAULT_STRATEGY=strategy, FAULT_POINT=point, FAULT_WAREHOUSE=catalog.warehouse, FAULT_NAMESPACE=namespace,
+        FAULT_CATALOG=to_env(catalog),
         SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT),
     )
     return subprocess.run([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
@@ -241,9 +244,9 @@ def run_in_subprocess(kill_env, spark_warehouse, name: str, strategy: str, point
 
 
 @pytest.mark.parametrize("strategy, point", KILLS, ids=[f"{s}-{p}" for s, p in KILLS])
-def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark, spark_warehouse, kill_env):
+def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark, catalog, kill_env):
     base, home, namespace, config = kill_env
-    io = io_manager_for(spark_warehouse, namespace)
+    io = catalog.io_manager(namespace)
     name = "k_" + strategy.replace("-", "_")
     history = History()
     feed = {"source": history.source}
@@ -255,7 +258,7 @@ def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark,
         before = snapshots(spark, io, name)
 
         at_kill = set(history.current.values())
-        proc = run_in_subprocess(kill_env, spark_warehouse, name, strategy, point, history.source())
+        proc = run_in_subprocess(kill_env, catalog, name, strategy, point, history.source())
         assert proc.returncode == -9, f"the process was not killed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
         # the killed run never recorded a materialization: Dagster's cursor is the old one
         assert dagster_state(instance, name)["last_value"] == history.clock - 1
@@ -273,3 +276,4 @@ def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark,
             history.loaded |= at_kill
         history.committed()
         history.check(spark, io, instance, name, strategy)
+        assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))

@@ -32,6 +32,7 @@ from dagster_incremental.spark.write_spec import (
 )
 
 _SESSION_LOCK = threading.Lock()
+_PUBLISH_ATTEMPTS = 5  # a compare-and-set refused by writers that left the cursor alone is retried
 
 
 class SparkTableIOManager(dg.ConfigurableIOManager):
@@ -322,21 +323,39 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             # nothing to create): a commit would change nothing, and Spark is not needed.
             return self._unchanged(batch.spec.table), batch.expected_snapshot_id
         with self._commit_lock(batch.spec.table):
-            # Compare-and-set: checked again under the table's lock, so no other run can commit
-            # between this check and this run's commit.
-            if batch.check_stale:
-                self._refuse_stale_writer(asset_key, batch)
-            result = self.writer.write(
-                batch.spec,
-                batch.data,
-                commit=batch.commit,
-                window=batch.window,
-                full_refresh=batch.full_refresh,
-                run_started_at=batch.run_started_at,
-                deduplicated=batch.deduplicated,
-            )
+            result = self._write_guarded(asset_key, batch)
             self._compact_if_needed(log, batch.spec.table, result)
         return result, result.snapshot_id
+
+    def _write_guarded(self, asset_key: dg.AssetKey, batch: IncrementalBatch) -> WriteResult:
+        """The writer's one commit; for a cursor-carrying run a compare-and-set on the snapshot
+        the run read its cursor from (spark/branch_commit.py), whatever the catalog. A commit
+        refused only because another writer moved the table without touching this cursor (a
+        backfill, a compaction) is made again on the new snapshot."""
+        from dagster_incremental.spark.branch_commit import BaseMoved, CursorGuard, StaleCursor
+
+        guard = CursorGuard(batch.expected_snapshot_id, batch.commit.scope) if batch.check_stale else None
+        for _ in range(_PUBLISH_ATTEMPTS):
+            try:
+                return self.writer.write(
+                    batch.spec,
+                    batch.data,
+                    commit=batch.commit,
+                    window=batch.window,
+                    full_refresh=batch.full_refresh,
+                    run_started_at=batch.run_started_at,
+                    deduplicated=batch.deduplicated,
+                    guard=guard,
+                )
+            except StaleCursor as exc:
+                raise self._stale_error(asset_key, batch, exc.run_id) from None
+            except BaseMoved:
+                continue
+        raise ConcurrentRunError(
+            f"asset {asset_key.to_user_string()}: other writers committed to {batch.spec.table.display} "
+            f"during each of this run's {_PUBLISH_ATTEMPTS} attempts to commit, so it wrote nothing. "
+            "Re-run it; limit the asset's concurrency pool to 1 to have runs wait their turn."
+        )
 
     def _commit_lock(self, table: TableRef):
         """The table's cross-process commit lock when its catalog keeps it in local (or mounted)
@@ -372,16 +391,19 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         current = self._committed_state(batch.spec.table, batch.commit.scope)
         current_id = current.snapshot_id if current is not None else None
         if current_id != batch.expected_snapshot_id:
-            other = current.run_id if current is not None else "unknown"
-            raise ConcurrentRunError(
-                f"asset {asset_key.to_user_string()}: another run ({other}) committed to "
-                f"{batch.spec.table.display} after this run read its cursor, so this run wrote "
-                "nothing (a run commits only if the table still holds the snapshot it read its cursor "
-                "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "
-                "turn instead of failing, limit its concurrency pool to 1 (dagster.yaml: "
-                "`concurrency: {pools: {default_limit: 1}}`)."
-            )
+            raise self._stale_error(asset_key, batch, current.run_id if current is not None else None)
         return current
+
+    @staticmethod
+    def _stale_error(asset_key: dg.AssetKey, batch: IncrementalBatch, other: str | None) -> ConcurrentRunError:
+        return ConcurrentRunError(
+            f"asset {asset_key.to_user_string()}: another run ({other or 'unknown'}) committed to "
+            f"{batch.spec.table.display} after this run read its cursor, so this run wrote "
+            "nothing (a run commits only if the table still holds the snapshot it read its cursor "
+            "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "
+            "turn instead of failing, limit its concurrency pool to 1 (dagster.yaml: "
+            "`concurrency: {pools: {default_limit: 1}}`)."
+        )
 
     def load_input(self, context: dg.InputContext):
         upstream = context.upstream_output

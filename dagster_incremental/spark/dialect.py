@@ -3,8 +3,9 @@ the conflict check, behind one seam so a Delta twin would replace this module al
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,8 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.commit import with_commit_properties, write_options
+from dagster_incremental.spark.branch_commit import CursorGuard, RunBranch, branch_ref
+from dagster_incremental.spark.commit import iceberg_table, with_commit_properties, write_options
 from dagster_incremental.spark.partitioning import parse_partition_spec
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
@@ -88,30 +90,57 @@ class PendingCommit:
     properties: Mapping[str, str]
     started: datetime  # the run's start: scd2's default boundary
     case_sensitive: bool
+    guard: CursorGuard | None = None  # a cursor-carrying run: commit by compare-and-set (branch_commit)
+    branch: str = ""  # the run's branch name under a guard
 
     @property
     def table(self) -> TableRef:
         return self.spec.table
 
+    @property
+    def target(self) -> TableRef:
+        """What the data statement writes: the run's branch under a guard, else the table."""
+        return branch_ref(self.table, self.branch) if self.guard is not None else self.table
+
+    def unguarded(self) -> PendingCommit:
+        """For CREATE [OR REPLACE] TABLE ... AS SELECT: a create is atomic in every catalog (it
+        fails when the table exists), a full refresh replaces the table whatever it holds."""
+        return dataclasses.replace(self, guard=None)
+
     def run(self, spark: SparkSession, fn: Callable[[], Any]) -> Any:
-        """Run the SQL statement in `fn` as this commit; conflicts become ConcurrentRunError."""
-        with conflicts_as_concurrent_run(self.table):
+        """Run the SQL statement in `fn` (written against `target`) as this commit; conflicts
+        become ConcurrentRunError."""
+        with self.guarded(spark):
             return self.dialect.run_committing(spark, self.properties, fn)
 
-    def append(self, frame: DataFrame) -> None:
+    def append(self, spark: SparkSession, frame: DataFrame) -> None:
         """Append `frame`'s rows as this commit."""
-        with conflicts_as_concurrent_run(self.table):
-            frame.writeTo(self.table.sql).options(**self.dialect.writer_options(self.properties)).append()
+        with self.guarded(spark):
+            frame.writeTo(self.target.sql).options(**self.dialect.writer_options(self.properties)).append()
 
-    def overwrite_all(self, frame: DataFrame) -> None:
+    def overwrite_all(self, spark: SparkSession, frame: DataFrame) -> None:
         """Replace every row of the table by `frame`'s, as this commit."""
-        with conflicts_as_concurrent_run(self.table):
+        with self.guarded(spark):
             options = self.dialect.writer_options(self.properties)
-            frame.writeTo(self.table.sql).options(**options).overwrite(F.lit(True))
+            frame.writeTo(self.target.sql).options(**options).overwrite(F.lit(True))
 
-    def guarded(self) -> AbstractContextManager[None]:
-        """For a commit made some other way (the local append): conflicts as ConcurrentRunError."""
-        return conflicts_as_concurrent_run(self.table)
+    @contextmanager
+    def guarded(self, spark: SparkSession) -> Iterator[None]:
+        """Around the data commit (also the local append's): conflicts as ConcurrentRunError;
+        under a guard, the branch is taken first and published after (raises StaleCursor or
+        BaseMoved, nothing visible written)."""
+        with conflicts_as_concurrent_run(self.table):
+            if self.guard is None:
+                yield
+                return
+            branch = RunBranch(iceberg_table(spark, self.table), spark._jvm, self.branch)
+            branch.take(self.guard)
+            try:
+                yield
+                branch.publish()
+            except BaseException:
+                branch.abandon()
+                raise
 
 
 def dialect_for(spec: WriteSpec) -> IcebergDialect:

@@ -8,6 +8,7 @@ from typing import Any
 
 TABLE_NOT_FOUND = "TABLE_OR_VIEW_NOT_FOUND"
 TABLE_ALREADY_EXISTS = "TABLE_OR_VIEW_ALREADY_EXISTS"
+ICEBERG_ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
 USER_RAISED = "USER_RAISED_EXCEPTION"  # SQL raise_error(message)
 # Iceberg's optimistic concurrency said no: another writer committed first (CommitFailed), or a
 # commit's conflict validation found that writer's files (Validation).
@@ -49,7 +50,9 @@ def is_table_not_found(error: BaseException) -> bool:
 
 
 def is_table_already_exists(error: BaseException) -> bool:
-    return TABLE_ALREADY_EXISTS in error_classes(error)
+    """Spark found the table when planning, or (a catalog service such as JDBC) the catalog
+    refused the create's commit because another writer created it meanwhile."""
+    return TABLE_ALREADY_EXISTS in error_classes(error) or ICEBERG_ALREADY_EXISTS in java_classes(error)
 
 
 def is_commit_conflict(error: BaseException) -> bool:

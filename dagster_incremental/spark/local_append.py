@@ -166,12 +166,13 @@ class LocalAppend:
             for chunk in chunks:
                 writer.write_table(chunk)
 
-    def commit(self, paths: list[str], properties: Mapping[str, str], *, only_if_empty: bool) -> None:
+    def commit(self, paths: list[str], properties: Mapping[str, str], *, only_if_empty: bool, branch: str | None = None) -> None:
         """ONE snapshot adding the files and carrying `properties` (the cursor).
 
         only_if_empty: the rows are a merge table's first load, valid only while no other writer
         has added data since the table was created; Iceberg then validates exactly that and
-        refuses the commit otherwise (the caller reports a concurrent run).
+        refuses the commit otherwise (the caller reports a concurrent run). branch: commit there
+        (the run's compare-and-set branch), not on main.
         """
         iceberg, jvm = self.table, self.jvm
         if only_if_empty:
@@ -190,6 +191,8 @@ class LocalAppend:
             add(builder.withInputFile(data_file).withFormat("parquet").withMetrics(metrics).build())
         for key, value in properties.items():
             operation.set(key, value)
+        if branch:
+            operation.toBranch(branch)
         operation.commit()
 
 

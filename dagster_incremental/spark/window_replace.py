@@ -83,7 +83,7 @@ def replace_window(
 def _statement(commit: PendingCommit, view: str, condition: str, names: list[str]) -> str:
     """Delete what matches (the window, moved keys), insert the batch rows."""
     return (
-        f"MERGE INTO {commit.table.sql} AS t USING {quote(view)} AS s ON {condition}\n"
+        f"MERGE INTO {commit.target.sql} AS t USING {quote(view)} AS s ON {condition}\n"
         "WHEN MATCHED THEN DELETE\n"
         f"WHEN NOT MATCHED AND s.{quote(WINDOW_OP)} THEN INSERT ({column_list(names)}) "
         f"VALUES ({column_list(names, 's')})"

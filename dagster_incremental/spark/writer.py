@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
+from dagster_incremental.spark.branch_commit import CursorGuard, new_branch_name
 from dagster_incremental.spark.commit import (
     CommittedState,
     commit_properties,
@@ -104,6 +105,7 @@ class TableWriter:
         full_refresh: bool = False,
         run_started_at: datetime | None = None,
         deduplicated: bool = False,
+        guard: CursorGuard | None = None,
     ) -> WriteResult:
         """Apply spec's disposition to `batch` in ONE table commit whose snapshot carries `commit`.
 
@@ -118,8 +120,10 @@ class TableWriter:
         Schema changes (new columns, type promotions) are applied before the data commit; a
         batch that can't fit raises DataShapeError before anything changes. deduplicated: a
         merge batch is already one non-NULL row per primary key (see local_batch).
+        guard: the cursor the run read; the data commit then happens only if the table still
+        holds it (compare-and-set, see branch_commit; raises StaleCursor or BaseMoved).
         """
-        pending = self._pending(spec, commit, run_started_at)
+        pending = self._pending(spec, commit, run_started_at, guard)
         exists = self._refreshed(spec.table)
         local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
         if is_local(batch):
@@ -151,7 +155,9 @@ class TableWriter:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema, local_count)
 
-    def _pending(self, spec: WriteSpec, commit: CommitInfo, run_started_at: datetime | None) -> PendingCommit:
+    def _pending(
+        self, spec: WriteSpec, commit: CommitInfo, run_started_at: datetime | None, guard: CursorGuard | None
+    ) -> PendingCommit:
         dialect = dialect_for(spec)  # fails early for a format without a writer
         commit_id = new_commit_id()
         return PendingCommit(
@@ -161,6 +167,8 @@ class TableWriter:
             properties=commit_properties(commit, commit_id=commit_id),  # validates the state first
             started=run_started_at or datetime.now(timezone.utc),
             case_sensitive=self.spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true",
+            guard=guard,
+            branch=new_branch_name() if guard is not None else "",
         )
 
     def _prepared(self, pending: PendingCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
@@ -208,10 +216,10 @@ class TableWriter:
         spark, spec = self.spark, pending.spec
         rows = aligned if aligned is not None else spark.createDataFrame([], table_schema)
         if spec.disposition == "append" or (spec.disposition == "merge" and aligned is None):
-            pending.append(rows)
+            pending.append(spark, rows)
             return commit_result(spark, pending, kind="summary")
         if spec.disposition == "replace":
-            pending.overwrite_all(rows)
+            pending.overwrite_all(spark, rows)
             return commit_result(spark, pending, kind="summary")
         if spec.disposition == "merge":
             return self._merge(pending, rows, table_schema, local_count)
@@ -231,7 +239,7 @@ class TableWriter:
         try:
             text, args = merge.strategy_for(spec).merge_statement(
                 spec,
-                target=spec.table,
+                target=pending.target,
                 source_view=view,
                 columns=table_schema.fieldNames(),
                 run_started_at=pending.started,
@@ -288,9 +296,9 @@ class TableWriter:
         if target is None:
             return None
         paths: list[str] = []
-        with removed_on_failure(paths), pending.guarded():
+        with removed_on_failure(paths), pending.guarded(spark):
             target.write_files(batch, pending.case_sensitive, paths)
-            target.commit(paths, pending.properties, only_if_empty=first_load)
+            target.commit(paths, pending.properties, only_if_empty=first_load, branch=pending.branch or None)
         return commit_result(spark, pending, kind="summary")
 
 

@@ -32,17 +32,16 @@ def namespace():
 
 
 @pytest.fixture
-def config_file(tmp_path, spark_warehouse, namespace):
+def config_file(tmp_path, catalog, namespace):
     path = tmp_path / "config.toml"
-    path.write_text(
-        f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{spark_warehouse}"\n'
-    )
+    path.write_text(catalog.config_toml(namespace))
     return str(path)
 
 
 @pytest.fixture
-def io_manager(spark, spark_warehouse, namespace):
-    return SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=spark_warehouse, master="local[2]")
+def io_manager(spark, catalog, namespace):
+    """On each catalog kind (tests/catalogs.py): the Hadoop folder and a JDBC catalog."""
+    return catalog.io_manager(namespace)
 
 
 def table_rows(spark, io, key: str, order_by: str = "id") -> list[dict]:
@@ -87,7 +86,7 @@ def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_m
     assert meta["dagster_incremental/state"].value["last_value"] == iso(3)
     assert meta["dagster_incremental/rows_inserted"].value == 3
     assert meta["dagster/row_count"].value == 3
-    assert meta["dagster/table_name"].value == f"lake.{io_manager.namespace}.orders_a"
+    assert meta["dagster/table_name"].value == f"{io_manager.catalog}.{io_manager.namespace}.orders_a"
     assert {c.name for c in meta["dagster/column_schema"].value.columns} >= {"id", "amount", "updated_at"}
 
     source.append({"id": 4, "amount": 40, "updated_at": iso(4)})

@@ -112,7 +112,7 @@ def test_a_failed_commit_removes_the_files_it_wrote_and_changes_nothing(spark, m
     before = sorted(data_files(spark, name))
     folder = before[0].rsplit("/", 1)[0].removeprefix("file:")
 
-    def boom(self, paths, properties, *, only_if_empty):
+    def boom(self, paths, properties, *, only_if_empty, branch=None):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(LocalAppend, "commit", boom)
