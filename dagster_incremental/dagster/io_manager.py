@@ -221,15 +221,22 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 return WriteResult(0, 0, 0, rows, snapshot_id, schema)
         return self.writer.unchanged(table)
 
-    def table_row_count(self, asset_key: dg.AssetKey) -> int | None:
-        """The asset's table's live rows now (None: no such table); no JVM where its files are readable."""
+    def only_rewrites_left(self, asset_key: dg.AssetKey) -> bool:
+        """Whether the asset's table has rows and every snapshot it still holds is a rewrite
+        (Iceberg operation "replace": a compaction, no data change): the history that carried the
+        cursor was expired by maintenance, not lost with the rows (a dropped and recreated table
+        starts with an append or overwrite)."""
         table = self.table_name(asset_key)
         readable, metadata = self._table_files(table)
-        if readable and metadata is None:
-            return None
-        if not readable and not self.writer.table_exists(table):
-            return None
-        return self._unchanged(table).row_count
+        if readable:
+            if metadata is None:
+                return False
+            operations = [(snap.get("summary") or {}).get("operation") for snap in metadata.lineage()]
+        else:
+            if not self.writer.table_exists(table):
+                return False
+            operations = [row[0] for row in self.spark.sql(f"SELECT operation FROM {table.sql}.snapshots").collect()]
+        return bool(operations) and set(operations) == {"replace"} and bool(self._unchanged(table).row_count)
 
     # -- asset checks ----------------------------------------------------------------------------
 

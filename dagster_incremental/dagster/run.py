@@ -282,7 +282,7 @@ class Runner:
         """The reconciled state, said aloud when the table overruled a run's Dagster cursor (the
         table is the truth about what was loaded). An open window whose table lost its cursor
         reloads the whole window; an unpartitioned asset's run fails (_check_table_kept) unless the
-        table still has its rows (its cursor's snapshots were expired: Dagster's cursor is kept). A
+        table holds only compaction snapshots (maintenance expired its cursor's: Dagster's is kept). A
         backfill resumes nothing: it only reports the state, as before."""
         lost = stored.overrules
         if lost is None:
@@ -305,10 +305,10 @@ class Runner:
                 "partition window (a window replace)."
             )
             return StoredState(state=None, source="none")
-        elif io.table_row_count(context.asset_key):
+        elif io.only_rewrites_left(context.asset_key):
             context.log.warning(
-                f"asset {asset}: table {table} has rows but no snapshot of its history carries a cursor "
-                f"(the snapshots that did were expired, e.g. after a compaction); this run resumes from {told}."
+                f"asset {asset}: table {table} holds only compaction snapshots, none with a cursor (the "
+                f"snapshots that carried it were expired); this run resumes from {told}."
             )
             return lost
         return stored
