@@ -207,14 +207,13 @@ def test_engine_any_split_of_any_history_loads_exactly_once(strategy, plan, orde
 
 
 @pytest.fixture(scope="module")
-def spark_env(spark, spark_warehouse, tmp_path_factory):
-    from attack_support import io_manager_for, write_config
-
+def spark_env(spark, catalog, tmp_path_factory):
+    """A Dagster instance, IO manager and config.toml on each catalog kind (tests/catalogs.py)."""
     namespace = "eo_" + uuid.uuid4().hex[:8]
-    config = write_config(tmp_path_factory.mktemp("eo") / "config.toml", spark_warehouse, namespace,
-                          extra="")
+    config = tmp_path_factory.mktemp("eo") / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
     with dg.instance_for_test() as instance:
-        yield instance, io_manager_for(spark_warehouse, namespace), config
+        yield instance, catalog.io_manager(namespace), str(config)
 
 
 STRATEGIES = ["upsert", "delete-insert", "append"]
@@ -240,8 +239,9 @@ RICH_PLAN = [
 @given(plan=plans(max_steps=6), strategy_index=st.integers(0, len(STRATEGIES) - 1))
 @example(plan=RICH_PLAN, strategy_index=0)  # upsert
 @example(plan=RICH_PLAN, strategy_index=2)  # append
-def test_assets_any_split_of_any_history_loads_exactly_once(spark, spark_env, plan, strategy_index):
+def test_assets_any_split_of_any_history_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index):
     from attack_support import DISPOSITIONS, failure_text, materialize, rows, table_exists
+    from catalogs import assert_pyiceberg_agrees
     from dagster_incremental import Incremental, incremental_asset
 
     instance, io, config = spark_env
@@ -276,3 +276,5 @@ def test_assets_any_split_of_any_history_loads_exactly_once(spark, spark_env, pl
         assert {_t(r) for r in source.snapshot()} <= set(got)
     else:
         assert got == sorted(source.full_load().values(), key=repr)
+    if table_exists(spark, io, name):
+        assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))

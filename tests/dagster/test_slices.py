@@ -14,7 +14,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from attack_support import committed_states, failure_text, io_manager_for, materialize, rows, snapshots, write_config
+from attack_support import committed_states, failure_text, materialize, rows, snapshots
+from catalogs import assert_pyiceberg_agrees, to_env
 from dagster_incremental import Incremental, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
@@ -52,10 +53,12 @@ def sliced_asset(name: str, config: str, start: datetime, calls: list, fail_at: 
 
 
 @pytest.fixture
-def env(spark_warehouse, tmp_path):
+def env(spark, catalog, tmp_path):
+    """config.toml and IO manager of a fresh namespace on each catalog kind (tests/catalogs.py)."""
     namespace = "slices_" + uuid.uuid4().hex[:8]
-    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
-    return config, io_manager_for(spark_warehouse, namespace), namespace
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    return str(config), catalog.io_manager(namespace), namespace
 
 
 def ids(spark, io, name: str) -> list[int]:
@@ -126,7 +129,7 @@ def test_a_failed_slice_keeps_the_slices_before_it_and_the_next_run_continues(sp
     assert ids(spark, io, "fails_once") == list(range(HOURS))
 
 
-def test_a_killed_slice_is_healed_by_the_next_run(spark, env, spark_warehouse, tmp_path):
+def test_a_killed_slice_is_healed_by_the_next_run(spark, env, catalog, tmp_path):
     config, io, namespace = env
     home = tmp_path / "home"
     home.mkdir()
@@ -136,11 +139,16 @@ def test_a_killed_slice_is_healed_by_the_next_run(spark, env, spark_warehouse, t
 import sys; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT / 'tests' / 'dagster')!r}]
 from datetime import datetime
 import dagster as dg
-from attack_support import io_manager_for, materialize
+from attack_support import materialize
+from catalogs import runner_spark_config
+from dagster_incremental import SparkTableIOManager
 from test_slices import sliced_asset
+name, conf = runner_spark_config({to_env(catalog)!r})
+io = SparkTableIOManager(catalog=name, namespace={namespace!r}, warehouse={catalog.warehouse!r}, master="local[2]",
+                         spark_config=conf)
 asset = sliced_asset("killed", {config!r}, datetime.fromisoformat({start.isoformat()!r}), [], fail_at=3)
 with dg.DagsterInstance.get() as instance:
-    materialize(asset, instance, io_manager_for({spark_warehouse!r}, {namespace!r}))
+    materialize(asset, instance, io)
 """
     proc = subprocess.run(
         [sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -155,6 +163,7 @@ with dg.DagsterInstance.get() as instance:
         assert healed.success, failure_text(healed)
     assert calls[0][0] == start + timedelta(hours=47)
     assert ids(spark, io, "killed") == list(range(HOURS))
+    assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey("killed")))
 
 
 def test_a_window_backfill_replaces_one_sub_window_per_commit_and_is_idempotent(spark, env, instance):
@@ -292,8 +301,14 @@ def figures(meta: dict) -> tuple[int, int, int]:
     return tuple(meta[f"dagster_incremental/rows_{kind}"] for kind in ("inserted", "updated", "deleted"))
 
 
-@pytest.mark.parametrize("step", [None, "P1D", "P2D"])
-@pytest.mark.parametrize("disposition", ["append", "delete-insert"])
+# Every combination on the Hadoop catalog; on the JDBC catalog a subset (each disposition, one
+# and several days per commit; unsliced ranges run there in test_assets.py) to keep the suite short.
+OWN_FIGURES = [("hadoop", d, s) for d in ("append", "delete-insert") for s in (None, "P1D", "P2D")] + [
+    ("jdbc", "append", "P1D"), ("jdbc", "delete-insert", "P2D")]
+
+
+@pytest.mark.parametrize("catalog, disposition, step", OWN_FIGURES, indirect=["catalog"],
+                         ids=[f"{c}-{d}-{s}" for c, d, s in OWN_FIGURES])
 def test_each_partition_of_a_ranged_backfill_shows_its_own_figures(spark, env, instance, disposition, step):
     """A 5-day backfill in one run (day four has no rows), then again after day one grew, day
     three emptied at the source and a day-five row changed: every partition's materialization
