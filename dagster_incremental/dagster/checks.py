@@ -144,7 +144,8 @@ def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_
     key (upsert; delete-insert without merge_key) with a batch deduplicated on it cannot make a
     key occur twice. So when the last count found the keys unique at snapshot P (or the table is
     new: this run created it from its deduplicated batch) and every commit since is this run's
-    (or a compaction, which changes no row), the table is still unique: checked from the snapshot
+    (or a compaction, or the empty commit a new table starts with: neither changes a row), the
+    table is still unique: checked from the snapshot
     lineage in the metadata files, with no Spark job. Anything else (appends, scd2, a merge_key, a
     window, another writer's commit, a catalog whose files are not readable here) is counted."""
     keyed_merge = settings.strategy == "upsert" or (settings.strategy == "delete-insert" and not settings.merge_key)
@@ -154,12 +155,19 @@ def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_
     since = int(last.metadata["snapshot_id"].value) if last is not None else None
     commits = io.commits_since(batch.spec.table, since)
     if not commits or not all(op == "replace" or summary.get(RUN_ID_PROPERTY) == context.run_id
-                              for op, summary in commits):
+                              or _changes_no_row(summary) for op, summary in commits):
         return None
     origin = f"snapshot {since}" if since is not None else "the table's creation"
     counted_by = last.metadata if last is not None else {"evaluated_in_run": dg.MetadataValue.text(context.run_id)}
     return {**counted_by, **base, "duplicated_keys": dg.MetadataValue.int(0), "unique_since_count": dg.MetadataValue.text(
         f"kept by this run's MERGE on the primary key since {origin}")}
+
+
+def _changes_no_row(summary: Mapping[str, str]) -> bool:
+    """A commit that adds and removes nothing (the empty snapshot a new table starts with, so
+    that a run's branch has a base to start from) cannot make a key occur twice."""
+    changed = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
+    return not any(int(summary.get(key, 0) or 0) for key in changed)
 
 
 def _last_count(instance, check_key: dg.AssetCheckKey, scope: str):
