@@ -464,6 +464,22 @@ def test_window_backfill_counts_the_net_change_of_the_window(spark, writer, tabl
     assert contents(spark, table) == [(1, day, "a"), (3, other, "c"), (4, day, "d")]
 
 
+def test_window_counts_per_partition_add_up_to_the_backfill(spark, writer, table):
+    """A two-day backfill of a merge-on-read table, split per day as a range run's partitions are,
+    counts each day's net change the way the whole commit was counted."""
+    from dagster_incremental.spark.statistics import window_counts
+
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",), cursor_column="day")
+    d1, d2, d3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    writer.write(spec, frame(spark, [(1, d1, "a"), (2, d1, "b"), (3, d2, "c")]), commit=info(1))
+    # day 1 reloaded identical, day 2: id 3 changed and id 4 new
+    batch = frame(spark, [(1, d1, "a"), (2, d1, "b"), (3, d2, "C"), (4, d2, "d")])
+    r = writer.write(spec, batch, commit=info(2), window=WindowReplace("day", d1, d3))
+    assert (r.rows_inserted, r.rows_updated, r.rows_deleted) == (1, 1, 0)
+    days = window_counts(spark, table, r.snapshot_id, "day", [(d1, d2), (d2, d3)], ("id",))
+    assert [(c.inserted, c.updated, c.deleted) for c in days] == [(0, 0, 0), (1, 1, 0)]
+
+
 # -- hostile identifiers -------------------------------------------------------------------------
 
 HOSTILE = ["select", "from", "a`b", "it's", "two words"]
