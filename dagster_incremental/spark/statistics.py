@@ -18,10 +18,10 @@ from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_metadata import live_row_count
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import WriteResult, WriteSpec
+from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
 
 # How a commit's rows are counted (see commit_result).
-Counting = Literal["summary", "keyed", "changes", "refresh"]
+Counting = Literal["summary", "keyed", "changes", "refresh", "window"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ def commit_result(
     previous_rows: int = 0,
     batch_rows: BatchRows | None = None,
     aligned: DataFrame | None = None,
+    window: WindowReplace | None = None,
 ) -> WriteResult:
     """WriteResult from the snapshot the commit made (found by its commit id).
 
@@ -58,13 +59,18 @@ def commit_result(
     an update (no key: inserts and deletes only). "keyed" (upsert, delete-insert on the primary
     key alone) counts as MERGE does: a batch row whose key was in the table is an update, a
     tombstone whose key was there a delete, the others inserts. "refresh": the table's rows were
-    all replaced (previous_rows deleted).
+    all replaced (previous_rows deleted). "window" (a window replace): the net change of the
+    window's rows between the parent and our snapshot (see _window_net), whatever the table's
+    write mode (merge-on-read writes delete files for rows it rewrites unchanged).
     """
     snapshot = _own_snapshot(spark, commit)
     if snapshot is None:
         snapshot = _record_empty_commit(spark, commit)
         kind = "summary"
-    counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned)
+    if kind == "window" and window is not None:
+        counts = _window_net(spark, commit.spec.table, snapshot, window, keys)
+    else:
+        counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned)
     summary = snapshot.summary
     return WriteResult(
         rows_inserted=counts.inserted,
@@ -224,6 +230,45 @@ def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, 
     return Counts(int(result.inserted or 0), int(result.updated or 0), int(result.deleted or 0))
 
 
+def _window_net(
+    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str]
+) -> Counts:
+    """Net change of a window replace: the window's rows before and after, netted (window_counts),
+    plus the rows it removed outside the window (batch keys that moved in from another window:
+    an update when the key is back in the window, else a delete). Those rows are found from the
+    live row counts of the two snapshots; only when there are some are their keys looked up."""
+    bounds = (window.start, window.end)
+    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [bounds], keys)[0]
+    if snapshot.parent_id is None:
+        return net
+    before = live_row_count(dict(iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
+    after = live_row_count(snapshot.summary)
+    if before is None or after is None:
+        return net
+    outside = (net.inserted - net.deleted) - (after - before)
+    if outside <= 0:
+        return net
+    moved = _moved_in(spark, table, snapshot, window, keys) if keys else 0
+    return Counts(net.inserted - moved, net.updated + moved, net.deleted + outside - moved)
+
+
+def _moved_in(
+    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str]
+) -> int:
+    """How many keys of the window's new rows the parent held outside the window (one join)."""
+    def read(snapshot_id: Any) -> DataFrame:
+        return spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
+
+    after = read(snapshot.snapshot_id)
+    ref = F.col(quote(resolve_column(table, after.schema, window.column)))
+    names = [resolve_column(table, after.schema, k) for k in keys]
+    inside = _inside(ref, window.start, window.end)
+    columns = [F.col(quote(k)) for k in names]
+    new = after.where(inside).select(*columns).distinct()
+    old = read(snapshot.parent_id).where(~inside).select(*columns)
+    return new.join(old, on=names, how="left_semi").count()
+
+
 def window_counts(
     spark: SparkSession,
     table: TableRef,
@@ -235,12 +280,9 @@ def window_counts(
     """What commit `snapshot_id` (a window replace) inserted, updated and deleted in each window
     [start, end) of `column` (e.g. each partition of a ranged run that committed once), counted
     as commit_result counted the whole commit, grouped by window in one aggregate: the windows'
-    rows of the parent snapshot (removed) and of this one (added), netted as the changelog is
-    (identical rows cancel, per key a removed+added pair is an update), or, for a commit that
-    wrote delete files (merge-on-read), every removed row a delete and every added one an insert."""
-    snapshot = iceberg_table(spark, table).snapshot(snapshot_id)
-    parent = snapshot.parentId()
-    netted = not _int(dict(snapshot.summary()), "added-delete-files")
+    rows of the parent snapshot (removed) and of this one (added), netted (identical rows
+    cancel, per key a removed+added pair is an update), however the commit wrote its files."""
+    parent = iceberg_table(spark, table).snapshot(snapshot_id).parentId()
     after = spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
     names = after.columns
     ref = F.col(quote(resolve_column(table, after.schema, column)))
@@ -251,7 +293,7 @@ def window_counts(
         missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
         before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
         signed = signed.unionByName(_windowed(before, names, ref, key_names, windows, -1))
-    counted = _net_counts(signed, len(keys), by=("window",)) if netted else _raw_counts(signed, by=("window",))
+    counted = _net_counts(signed, len(keys), by=("window",))
     found = {int(r.window): r for r in counted.collect()}
     rows = [found.get(i) for i in range(len(windows))]
     return [Counts(int(r.inserted or 0), int(r.updated or 0), int(r.deleted or 0)) if r else Counts() for r in rows]
@@ -288,15 +330,6 @@ def _row_text(names: Sequence[str]) -> Any:
 
 def _key_columns(keys: Sequence[str]) -> list[Any]:
     return [F.col(quote(k)).alias(f"k{i}") for i, k in enumerate(keys)]
-
-
-def _raw_counts(signed: DataFrame, by: Sequence[str]) -> DataFrame:
-    """Per `by` group: added rows as inserts, removed rows as deletes (nothing paired)."""
-    return signed.groupBy(*by).agg(
-        F.sum(F.when(F.col("sign") > 0, 1).otherwise(0)).alias("inserted"),
-        F.lit(0).alias("updated"),
-        F.sum(F.when(F.col("sign") < 0, 1).otherwise(0)).alias("deleted"),
-    )
 
 
 def _net_counts(signed: DataFrame, keys: int, by: Sequence[str] = ()) -> DataFrame:

@@ -270,7 +270,7 @@ class TableWriter:
         if rows is not None and helpers:
             rows = rows_to_insert(rows, helpers)
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
-        return commit_result(self.spark, pending, kind="changes", keys=pairing_key(spec))
+        return commit_result(self.spark, pending, kind="window", keys=pairing_key(spec), window=window)
 
     def _append_local(self, pending: PendingCommit, batch: Any) -> WriteResult | None:
         """Local rows appended by pyarrow + one Iceberg commit (see local_append); None when

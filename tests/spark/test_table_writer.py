@@ -432,13 +432,52 @@ def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(s
         commit=info(1),
     )
     # the source now has id 1 updated on day 5 and id 2 deleted (its tombstone sits on day 5)
-    writer.write(
+    moved = writer.write(
         spec,
         frame(spark, [(1, d(2024, 1, 5), "a2", False), (2, d(2024, 1, 5), None, True)], schema),
         commit=info(2),
         window=WindowReplace("day", d(2024, 1, 5), d(2024, 1, 6)),
     )
     assert contents(spark, table) == [(1, d(2024, 1, 5), "a2", False), (3, d(2024, 1, 2), "c", False)]
+    # net change: id 1 moved into the window (updated), id 2's tombstone removed it elsewhere
+    assert (moved.rows_inserted, moved.rows_updated, moved.rows_deleted, moved.row_count) == (0, 1, 1, 2)
+
+
+@pytest.mark.parametrize("strategy", ["delete-insert", "upsert"])
+def test_window_backfill_counts_the_net_change_of_the_window(spark, writer, table, strategy):
+    """A backfill reloading a window reports what changed in it (the README's row counts), not
+    the rows the merge-on-read commit rewrote: identical rows count nothing."""
+    spec = WriteSpec(table=table, disposition="merge", strategy=strategy, primary_key=("id",), cursor_column="day")
+    day, other = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    window = WindowReplace("day", day, other)
+    rows = [(1, day, "a"), (2, day, "b"), (3, other, "c")]
+    writer.write(spec, frame(spark, rows), commit=info(1))
+
+    def backfill(n: int, batch: list) -> tuple:
+        r = writer.write(spec, frame(spark, batch), commit=info(n), window=window)
+        return (r.rows_inserted, r.rows_updated, r.rows_deleted)
+
+    assert backfill(2, [(1, day, "a"), (2, day, "b")]) == (0, 0, 0)  # identical reload
+    assert backfill(3, [(1, day, "a"), (2, day, "B")]) == (0, 1, 0)  # one changed row
+    assert backfill(4, [(1, day, "a")]) == (0, 0, 1)  # a removed row
+    assert backfill(5, [(1, day, "a"), (4, day, "d")]) == (1, 0, 0)  # a new row
+    assert contents(spark, table) == [(1, day, "a"), (3, other, "c"), (4, day, "d")]
+
+
+def test_window_counts_per_partition_add_up_to_the_backfill(spark, writer, table):
+    """A two-day backfill of a merge-on-read table, split per day as a range run's partitions are,
+    counts each day's net change the way the whole commit was counted."""
+    from dagster_incremental.spark.statistics import window_counts
+
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",), cursor_column="day")
+    d1, d2, d3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    writer.write(spec, frame(spark, [(1, d1, "a"), (2, d1, "b"), (3, d2, "c")]), commit=info(1))
+    # day 1 reloaded identical, day 2: id 3 changed and id 4 new
+    batch = frame(spark, [(1, d1, "a"), (2, d1, "b"), (3, d2, "C"), (4, d2, "d")])
+    r = writer.write(spec, batch, commit=info(2), window=WindowReplace("day", d1, d3))
+    assert (r.rows_inserted, r.rows_updated, r.rows_deleted) == (1, 1, 0)
+    days = window_counts(spark, table, r.snapshot_id, "day", [(d1, d2), (d2, d3)], ("id",))
+    assert [(c.inserted, c.updated, c.deleted) for c in days] == [(0, 0, 0), (1, 1, 0)]
 
 
 # -- hostile identifiers -------------------------------------------------------------------------
