@@ -210,14 +210,12 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def _unchanged(self, table: TableRef) -> WriteResult:
         """What a run that commits nothing reports: the table as it is (from its files when
         readable here, else from Spark)."""
-        from dagster_incremental.spark.table_metadata import live_row_count
-
         readable, metadata = self._table_files(table)
         if readable and metadata is None:
             return WriteResult(0, 0, 0, 0, None, ())
         if readable:
             snapshot_id, summary = metadata.current_summary()
-            schema, rows = metadata.spark_schema(), live_row_count(summary)
+            schema, rows = metadata.spark_schema(), metadata.row_count()
             if schema is not None and rows is not None:
                 return WriteResult(0, 0, 0, rows, snapshot_id, schema)
         return self.writer.unchanged(table)

@@ -3,7 +3,7 @@ snapshot it made, exactly and with as few Spark jobs as each kind of commit allo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +16,7 @@ from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceber
 from dagster_incremental.spark.dialect import PendingCommit
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.table_metadata import live_row_count
+from dagster_incremental.spark.table_metadata import LineageEntry, provable_row_count
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
 
@@ -76,7 +76,7 @@ def commit_result(
         rows_inserted=counts.inserted,
         rows_updated=counts.updated,
         rows_deleted=counts.deleted,
-        row_count=row_count(spark, commit.table, summary),
+        row_count=row_count(spark, commit.table, snapshot.snapshot_id),
         snapshot_id=snapshot.snapshot_id,
         schema=_schema(spark, commit.table),
         delete_files=_int(summary, "total-delete-files"),
@@ -88,21 +88,36 @@ def unchanged(spark: SparkSession, table: TableRef) -> WriteResult:
     """The WriteResult of a run that commits nothing: no changes, the table as it is (its
     current snapshot, read from the Iceberg Table object: no Spark job)."""
     current = iceberg_table(spark, table).currentSnapshot()
-    summary = dict(current.summary()) if current is not None else {}
     return WriteResult(
         rows_inserted=0,
         rows_updated=0,
         rows_deleted=0,
-        row_count=row_count(spark, table, summary),
+        row_count=row_count(spark, table, current.snapshotId() if current is not None else None),
         snapshot_id=current.snapshotId() if current is not None else None,
         schema=_schema(spark, table),
     )
 
 
-def row_count(spark: SparkSession, table: TableRef, summary: Mapping[str, str]) -> int:
-    """Live rows after the commit, from the summary when it can tell (else one count job)."""
-    rows = live_row_count(summary)
-    return spark.table(table.sql).count() if rows is None else rows
+def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None) -> int:
+    """Live rows at `snapshot_id`, from the lineage's summaries when they prove it (see
+    provable_row_count), else one count job."""
+    rows = provable_row_count(_lineage(spark, table, snapshot_id))
+    if rows is not None:
+        return rows
+    as_of = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
+    return int(spark.sql(f"SELECT count(*) FROM {table.sql}{as_of}").collect()[0][0])
+
+
+def _lineage(spark: SparkSession, table: TableRef, snapshot_id: int | None) -> Iterator[LineageEntry]:
+    """`snapshot_id` and its parents, newest first, read lazily from the Iceberg Table object."""
+    java_table = iceberg_table(spark, table)
+    while snapshot_id is not None:
+        snapshot = java_table.snapshot(snapshot_id)
+        if snapshot is None:
+            return
+        parent = snapshot.parentId()
+        yield LineageEntry(str(snapshot.operation()), dict(snapshot.summary()), parent is None)
+        snapshot_id = parent
 
 
 def pairing_key(spec: WriteSpec) -> tuple[str, ...]:

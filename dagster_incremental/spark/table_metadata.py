@@ -27,7 +27,7 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -269,6 +269,16 @@ class TableMetadata:
             yield snapshot
             snapshot_id = snapshot.get("parent-snapshot-id")
 
+    def row_count(self) -> int | None:
+        """Live rows of the current snapshot when its lineage's summaries prove them (see
+        provable_row_count), else None: count with Spark."""
+        return provable_row_count(
+            LineageEntry(
+                (s.get("summary") or {}).get("operation", ""), _summary(s), s.get("parent-snapshot-id") is None
+            )
+            for s in self.lineage()
+        )
+
     def commits_since(self, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None:
         """(operation, summary) of each commit after `snapshot_id` (None: every commit since the
         table was created), newest first; None when that snapshot is not an ancestor of the
@@ -402,3 +412,36 @@ def live_row_count(summary: Mapping[str, str]) -> int | None:
     if int(summary.get("total-equality-deletes", 0) or 0):
         return None
     return int(summary.get("total-records", 0) or 0) - int(summary.get("total-position-deletes", 0) or 0)
+
+
+class LineageEntry(NamedTuple):
+    """One snapshot of a lineage as provable_row_count needs it."""
+
+    operation: str
+    summary: Mapping[str, str]
+    is_root: bool  # no parent: the table's first snapshot
+
+
+def provable_row_count(lineage: Iterable[LineageEntry]) -> int | None:
+    """live_row_count of the newest snapshot of `lineage` (newest first) when the summaries
+    prove it, else None (count the table).
+
+    Why: a compaction ("replace" that removes data files) can leave position delete files behind
+    that point at the removed files; they stay in total-position-deletes but delete no row. So
+    while the position-delete total is non-zero, going back, a replace that removed data files
+    means the total may include such dangling deletes. A snapshot with no position deletes (or
+    the table's first one) ends the search; a history cut by expiry proves nothing.
+    """
+    rows: int | None = None
+    for index, entry in enumerate(lineage):
+        if index == 0:
+            rows = live_row_count(entry.summary)
+            if rows is None:
+                return None
+        if not int(entry.summary.get("total-position-deletes", 0) or 0):
+            return rows
+        if entry.operation == "replace" and int(entry.summary.get("deleted-data-files", 0) or 0):
+            return None
+        if entry.is_root:
+            return rows
+    return 0 if rows is None else None  # no snapshot: empty; a cut history: unproven

@@ -289,3 +289,29 @@ def test_runs_over_an_empty_source_without_a_table_carry_on(spark, instance, io_
     source.append({"id": 1, "updated_at": iso(2)})
     assert state(run(orders, instance, io_manager))["last_value"] == iso(2)
     assert [r["id"] for r in rows(spark, io_manager, "orders_empty")] == [1]
+
+
+def test_row_count_after_a_users_compaction_is_the_tables(spark, instance, io_manager, config_file, namespace):
+    """A user's rewrite_data_files on a merge-on-read table leaves position deletes pointing at
+    removed files in the summary's total: the reported row count must still be the table's."""
+    source = [{"id": i, "v": "a", "updated_at": iso(1)} for i in range(4)]
+
+    @incremental_asset(name="users", primary_key="id", write_disposition="merge", config_path=config_file)
+    def users(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    def reported(result: dg.ExecuteInProcessResult) -> int:
+        return result.get_asset_materialization_events()[-1].materialization.metadata["dagster/row_count"].value
+
+    def count() -> int:
+        return spark.table(table_of(io_manager, "users")).count()
+
+    assert reported(run(users, instance, io_manager)) == count() == 4
+    for day, ids in ((2, (0, 1)), (3, (2,))):
+        source[:] = [{"id": i, "v": f"d{day}", "updated_at": iso(day)} for i in ids]
+        assert reported(run(users, instance, io_manager)) == count() == 4
+    spark.sql(f"CALL lake.system.rewrite_data_files(table => '{namespace}.users', options => map('min-input-files', '1'))")
+    source[:] = [{"id": 3, "v": "d4", "updated_at": iso(4)}, {"id": 4, "v": "new", "updated_at": iso(4)}]
+    assert reported(run(users, instance, io_manager)) == count() == 5
+    source[:] = []
+    assert reported(run(users, instance, io_manager)) == count() == 5  # the no-op run

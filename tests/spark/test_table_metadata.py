@@ -436,3 +436,22 @@ def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, loc
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     print(f"fresh process: import {out[0]} ms, committed_cursor {out[1]} ms")
+
+
+def _entry(operation: str, records: int, deletes: int, removed_data_files: int = 0, root: bool = False) -> tm.LineageEntry:
+    summary = {"total-records": str(records), "total-position-deletes": str(deletes),
+               "deleted-data-files": str(removed_data_files)}
+    return tm.LineageEntry(operation, summary, root)
+
+
+def test_provable_row_count_trusts_position_deletes_only_when_no_compaction_can_have_left_them_dangling():
+    updates = [_entry("overwrite", 7, 2), _entry("overwrite", 5, 1), _entry("append", 4, 0, root=True)]
+    assert tm.provable_row_count(updates) == 5
+    # a user's rewrite_data_files kept the deletes of the files it removed: unproven, count
+    user_compaction = [_entry("overwrite", 7, 5), _entry("replace", 4, 2, removed_data_files=2), *updates[1:]]
+    assert tm.provable_row_count(user_compaction) is None
+    # our compaction then drops the dangling deletes (total 0): later updates are exact again
+    ours = [_entry("overwrite", 6, 2), _entry("replace", 4, 0), *user_compaction[1:]]
+    assert tm.provable_row_count(ours) == 4
+    assert tm.provable_row_count([_entry("overwrite", 7, 2)]) is None  # history cut by expiry
+    assert tm.provable_row_count([]) == 0  # no snapshot: an empty table
