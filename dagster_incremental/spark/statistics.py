@@ -16,7 +16,7 @@ from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceber
 from dagster_incremental.spark.dialect import PendingCommit
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.table_metadata import LineageEntry, provable_row_count
+from dagster_incremental.spark.table_metadata import LineageEntry, live_row_count, provable_row_count
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
 
