@@ -63,7 +63,14 @@ class IcebergDialect:
         return with_commit_properties(spark, properties, fn)
 
     def ensure_namespace(self, spark: SparkSession, table: TableRef) -> None:
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.namespace_sql}")
+        """Create the namespace unless it exists. Two runs creating it at once on a catalog
+        service (JDBC) race past IF NOT EXISTS and one fails on the catalog's unique key: the
+        second attempt finds the namespace the other run created."""
+        statement = f"CREATE NAMESPACE IF NOT EXISTS {table.namespace_sql}"
+        try:
+            spark.sql(statement)
+        except Exception:  # noqa: BLE001 - raised again below if the namespace still is not there
+            spark.sql(statement)
 
     def table_clauses(self, spark: SparkSession, spec: WriteSpec, schema: T.StructType) -> str:
         """`USING iceberg PARTITIONED BY (...) TBLPROPERTIES (...)` for spec and schema."""

@@ -345,8 +345,8 @@ def test_each_partition_of_a_ranged_backfill_shows_its_own_figures(spark, env, i
     meta = partition_metadata(second, name)
     if disposition == "append":  # identical rows cancel out, as in the commit's own counts
         expected = [(1, 0, 0), (0, 0, 0), (0, 0, 2), (0, 0, 0), (1, 0, 1)]
-    else:  # a keyed table's window replace (merge-on-read) counts each row it rewrote
-        expected = [(4, 0, 3), (1, 0, 1), (0, 0, 2), (0, 0, 0), (4, 0, 4)]
+    else:  # a keyed table counts the window's net change too: the changed row is an update
+        expected = [(1, 0, 0), (0, 0, 0), (0, 0, 2), (0, 0, 0), (0, 1, 0)]
     assert [figures(meta[k]) for k in FIVE_DAYS] == expected
     output = next(e.event_specific_data.metadata for e in second.all_events if e.event_type_value == "STEP_OUTPUT")
     assert output["dagster_incremental/rows_inserted"].value == sum(f[0] for f in expected)  # the run's totals
