@@ -192,9 +192,9 @@ def ratio(a: float, b: float) -> float | None:
 
 PHASES = (
     "dagster_incremental.dagster.run:Runner._stored_states",
-    "dagster_incremental.spark.staging:stage_batches",
-    "dagster_incremental.spark.staging:_page_to_arrow",
-    "dagster_incremental.spark.staging:arrow_to_spark",
+    "dagster_incremental.spark.local.stage:stage_batches",
+    "dagster_incremental.spark.local.stage:_page_to_arrow",
+    "dagster_incremental.spark.local.stage:arrow_to_spark",
     "dagster_incremental.spark.boundary_check:drop_rows_already_loaded",
     "dagster_incremental.dagster.io_manager:SparkTableIOManager._refuse_stale_writer",
     "dagster_incremental.spark.writer:TableWriter.write",

@@ -124,7 +124,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from pyspark.sql.readwriter import DataFrameWriterV2
 
-        from dagster_incremental.spark.local_append import LocalAppend
+        from dagster_incremental.spark.local.append import LocalAppend
 
         monkeypatch.setattr(dialect.IcebergDialect, "run_committing", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit

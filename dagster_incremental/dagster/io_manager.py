@@ -20,7 +20,7 @@ from pydantic import Field, PrivateAttr
 from dagster_incremental.dagster import config_use
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.session import build_spark_session, spark_conf
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import (

@@ -25,10 +25,10 @@ from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
-from dagster_incremental.spark.staging import stage_batches
+from dagster_incremental.spark.local.stage import stage_batches
 from dagster_incremental.dagster.partition_counts import RangeCommit, partition_figures, partition_windows
 from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.spark.write_spec import (
     CommitInfo,

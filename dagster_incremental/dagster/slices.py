@@ -24,7 +24,7 @@ from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.partition_counts import RangeCommit
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.write_spec import WriteResult
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,7 +22,7 @@ def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec:
         return frame
     if not any(getattr(run, "boundary_unverified", False) for run in runs.values()):
         return frame
-    from dagster_incremental.spark.staging import arrow_to_spark, is_spark_frame
+    from dagster_incremental.spark.local.stage import arrow_to_spark, is_spark_frame
 
     if not is_spark_frame(frame):  # local rows still in Arrow: the anti-join needs Spark
         frame = arrow_to_spark(io.spark, frame)

@@ -12,6 +12,9 @@ from typing import Any, Literal
 from dagster_incremental.settings.vocabulary import Disposition, MergeStrategy, SortOrder
 from dagster_incremental.spark.table_ref import TableRef
 
+# Columns a prepared batch carries for the write and never stores (reserved in user data).
+HELPER_PREFIX = "__di_"
+
 TableFormat = Literal["iceberg", "delta"]
 
 STATE_PROPERTY = "dagster_incremental.state"
@@ -102,3 +105,15 @@ class IncrementalBatch:
     # `data` is already one row per primary key (deduplicated in Arrow by local_batch).
     deduplicated: bool = False
     column_descriptions: Mapping[str, str] = field(default_factory=dict)  # for the column schema
+
+
+_SAMPLE_CHARS = 500  # of a row quoted in an error
+
+
+def null_key_message(table: TableRef, nulls: int, role: str, column: str, sample: str) -> str:
+    """The NULL-key error, the same whether Spark or Arrow (spark/local/dedup.py) found it."""
+    return (
+        f"{table}: {nulls} row(s) have NULL in {role} column {column!r}, e.g. {sample[:_SAMPLE_CHARS]}. "
+        "Key columns must be non-NULL (a NULL key never matches, so the row could not "
+        "replace or delete its old version); fill or filter those rows before yielding."
+    )

@@ -28,12 +28,12 @@ from dagster_incremental.spark.commit import (
     read_committed_state,
 )
 from dagster_incremental.spark.dialect import PendingCommit, counted_by_keys, dialect_for
-from dagster_incremental.spark.local_append import LocalAppend, removed_on_failure
+from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
 from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.staging import arrow_to_spark, is_local, local_rows, spark_schema_of
+from dagster_incremental.spark.local.stage import arrow_to_spark, is_local, local_rows, spark_schema_of
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
 from dagster_incremental.spark.table_create import TableAlreadyExists, create_as_select, create_table, rows_to_insert
 from dagster_incremental.spark.table_ref import TableRef

@@ -10,9 +10,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.local_append import LocalAppend
-from dagster_incremental.spark.local_rows import LocalRows
-from dagster_incremental.spark.staging import arrow_to_spark
+from dagster_incremental.spark.local.append import LocalAppend
+from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.writer import TableWriter
@@ -141,10 +141,10 @@ def test_partitioned_tables_keep_the_spark_path(spark):
 def test_rows_spilled_to_disk_are_deduplicated_across_pages_and_streamed_into_files(spark, monkeypatch):
     from types import SimpleNamespace
 
-    from dagster_incremental.spark.staging import stage_batches
+    from dagster_incremental.spark.local.stage import stage_batches
 
-    monkeypatch.setattr("dagster_incremental.spark.local_rows.SPILL_BYTES", 1)  # every page to disk
-    monkeypatch.setattr("dagster_incremental.spark.local_append.ROWS_PER_FILE", 150)
+    monkeypatch.setattr("dagster_incremental.spark.local.rows.SPILL_BYTES", 1)  # every page to disk
+    monkeypatch.setattr("dagster_incremental.spark.local.append.ROWS_PER_FILE", 150)
     name = table("spilled")
     spec = WriteSpec(table=name, cursor_column="version", **UPSERT)
     pages = [rows(list(range(p * 100, p * 100 + 100)), version=p) for p in range(4)]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.spark import local_batch
+from dagster_incremental.spark.local import dedup as local_batch
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge import prepare_batch, table_columns
 from dagster_incremental.spark.table_ref import TableRef
@@ -109,7 +109,7 @@ def test_covers_only_one_row_per_key_strategies():
 def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark):
     from types import SimpleNamespace
 
-    from dagster_incremental.spark.staging import arrow_to_spark, stage_batches
+    from dagster_incremental.spark.local.stage import arrow_to_spark, stage_batches
 
     settings = SimpleNamespace(name="x")
     rows = [{"id": 1, "v": "a"}, {"id": 1, "v": "b"}, {"id": 2, "v": "c"}]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 
 
 def pages(n_pages: int, size: int = 50) -> list[pa.Table]:
@@ -74,7 +74,7 @@ def test_a_column_missing_from_a_pages_first_row_is_kept():
     from types import SimpleNamespace
 
     from dagster_incremental.cursor.spec import incremental
-    from dagster_incremental.spark.staging import stage_batches
+    from dagster_incremental.spark.local.stage import stage_batches
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import WriteSpec
 

@@ -17,10 +17,9 @@ from dagster_incremental.settings.vocabulary import DEFAULT_STRATEGY, MergeStrat
 from dagster_incremental.spark.merge.sql import DELETED, HELPER_PREFIX, SURVIVOR
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import WriteSpec
+from dagster_incremental.spark.write_spec import WriteSpec, null_key_message
 
 SEQ = "__di_seq"  # arrival order, taken before any shuffle: "the last row seen wins"
-_SAMPLE_CHARS = 500
 
 
 def c(name: str) -> Column:
@@ -85,15 +84,6 @@ def check_no_null_keys(
             role = next(r for r, names in roles.items() if name in names)
             sample = repr(result[f"r{i}"].asDict(recursive=True))
             raise DataShapeError(null_key_message(spec.table, nulls, role, name, sample))
-
-
-def null_key_message(table: TableRef, nulls: int, role: str, column: str, sample: str) -> str:
-    """The NULL-key error, the same whether Spark or Arrow (local_batch) found it."""
-    return (
-        f"{table}: {nulls} row(s) have NULL in {role} column {column!r}, e.g. {sample[:_SAMPLE_CHARS]}. "
-        "Key columns must be non-NULL (a NULL key never matches, so the row could not "
-        "replace or delete its old version); fill or filter those rows before yielding."
-    )
 
 
 def hard_delete_flag(batch: DataFrame, column: str | None) -> Column:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.write_spec import HELPER_PREFIX
 
 # Helper columns carried by the prepared batch (never stored: the writer drops `__di_*`).
-HELPER_PREFIX = "__di_"
 DELETED = "__di_deleted"  # the row is a hard-delete tombstone
 SURVIVOR = "__di_survivor"  # the row won its key's dedup (the only row of its key that is written)
 INSERT = "__di_insert"  # in a MERGE source: the row is to be inserted (not a key-only row)

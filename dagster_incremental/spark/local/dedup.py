@@ -21,9 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.merge.dedup import null_key_message
-from dagster_incremental.spark.merge.sql import HELPER_PREFIX
-from dagster_incremental.spark.write_spec import WriteSpec
+from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteSpec, null_key_message
 
 _ARRIVAL = "__di_arrival"
 

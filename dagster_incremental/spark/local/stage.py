@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
 ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data file written)
@@ -134,7 +134,7 @@ def stage_batches(
     """
     import pyarrow as pa
 
-    from dagster_incremental.spark import local_batch
+    from dagster_incremental.spark.local import dedup as local_batch
     batches: Iterator[Any] = iterate_output(output, settings.name)
     if all(_top_level_cursor(run) for run in runs.values()):
         batches = (_page_as_arrow(b) if isinstance(b, list) else b for b in batches)

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dagster_incremental.spark.local_rows import LocalRows
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.table_ref import TableRef
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
