@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "CursorStateMismatch": "dagster_incremental.errors",
     "DataShapeError": "dagster_incremental.errors",
     "ConcurrentRunError": "dagster_incremental.errors",
+    "JavaNotFound": "dagster_incremental.errors",
     "TableCursorMissing": "dagster_incremental.errors",
 }
 
@@ -64,6 +65,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, no
         DataShapeError,
         IncrementalConfigError,
         IncrementalError,
+        JavaNotFound,
         PrimaryKeyMissing,
         TableCursorMissing,
     )

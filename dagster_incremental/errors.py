@@ -43,6 +43,10 @@ class DataShapeError(IncrementalError):
     """Rows or a table of a shape the target table cannot take (type conflict, reserved column...)."""
 
 
+class JavaNotFound(IncrementalError):
+    """No Java runtime for Spark's driver (JAVA_HOME and PATH have none); says how to install Java 17."""
+
+
 class ConcurrentRunError(IncrementalError):
     """Another run committed to the same table or holds the same asset."""
 

@@ -1,4 +1,4 @@
-"""The example code location: `dagster dev -m definitions`, or `python -m definitions` for one run.
+"""The example code location: `dg dev` from the repository root, or `python -m definitions` for one run.
 
 Sources (shipped, generated locally): a SQLite shop database, a paginated events API on
 127.0.0.1, and daily event files. Everything lands in Iceberg tables under data/warehouse.
@@ -6,7 +6,11 @@ Sources (shipped, generated locally): a SQLite shop database, a paginated events
 
 from __future__ import annotations
 
-import dagster as dg
+from definitions import cli_errors
+
+cli_errors.install()  # before config.toml is read below
+
+import dagster as dg  # noqa: E402
 
 from dagster_incremental import SparkTableIOManager, build_incremental_sensor
 from definitions.assets import (

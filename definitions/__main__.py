@@ -8,6 +8,7 @@ in one process, so the assets share one Spark session. Run it again after
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from datetime import datetime, timezone
@@ -53,12 +54,22 @@ def summarize(result) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m definitions", description=__doc__.splitlines()[0])
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the traceback of an error, not only its message (see definitions/cli_errors.py)")
+    parser.parse_args(argv)
+    return run()
+
+
+def run() -> int:
     home = prepare_dagster_home()
     import dagster as dg
 
+    from dagster_incremental.spark.java_check import require_java
     from definitions import daily_events, defs
 
+    require_java()  # every run of the example starts Spark: say what is missing before any run
     instance = dg.DagsterInstance.get()
     print(f"Dagster instance: {home}")
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -74,7 +85,7 @@ def main() -> int:
         print(line)
     ok = main_result.success and daily_result.success
     print("Done." if ok else "Some steps failed; see the errors above.")
-    print("Next: `python -m definitions.simulate step`, run this again, or `dagster dev -m definitions`.")
+    print("Next: `python -m definitions.simulate step`, run this again, or `dg dev`.")
     return 0 if ok else 1
 
 

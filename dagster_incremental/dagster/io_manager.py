@@ -124,9 +124,12 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def start_spark_in_background(self) -> None:
         """Start the session on a daemon thread, so the JVM starts while the asset function
         is still extracting; `spark` then waits for it. A failure surfaces at that first use."""
-        if self._session is not None or self._starting:
-            return
+        from dagster_incremental.spark.java_check import java_binary
+
+        if self._session is not None or self._starting or java_binary() is None:
+            return  # without Java, the run's own first use says what to install
         self._starting = True
+        import pyspark.sql  # noqa: F401 - imported here: two threads importing it at once deadlock-break into an ImportError
 
         def start() -> None:
             try:

@@ -103,10 +103,12 @@ def build_spark_session(conf: Mapping[str, str]):
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    from dagster_incremental.spark.java_check import require_java
     from dagster_incremental.spark.jvm_startup import driver_java_options
 
     conf = dict(conf)
     if SparkContext._jvm is None:  # only options of a JVM not started yet take effect
+        require_java()
         conf["spark.driver.extraJavaOptions"] = driver_java_options(conf)
     builder = SparkSession.builder
     for key, value in conf.items():
