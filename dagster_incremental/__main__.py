@@ -1,4 +1,5 @@
-"""`python -m dagster_incremental`: where the example code location is and how to run it.
+"""`python -m dagster_incremental`: where the example code location is and how to run it;
+`python -m dagster_incremental state show|reset ASSET`: an asset's cursor (dagster/state_cli.py).
 
 Why: `python -m definitions` only works from the repository root (the folder holding
 `definitions/` and `config/`); elsewhere Python says `No module named definitions`.
@@ -10,7 +11,11 @@ import sys
 from pathlib import Path
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["state"]:
+        from dagster_incremental.dagster.state_cli import main as state_main
+
+        return state_main(argv[1:])
     root = Path(__file__).resolve().parent.parent
     if not (root / "definitions" / "__main__.py").is_file():
         print("The example code location (definitions/) ships with the source repository, not the package.")
@@ -22,4 +27,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
