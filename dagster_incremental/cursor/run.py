@@ -16,7 +16,8 @@ from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.boundary import CONTENT, Boundary, DedupKey, _canonical, _short, row_dedup_key
 from dagster_incremental.cursor.decide import CallableSpec, Cursor, Decision, RangeSpec, decide, decide_callable
 from dagster_incremental.cursor.paths import MISSING
-from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, _func_name, _normalise_pk
+from dagster_incremental.cursor.spark_filter import filter_spark
+from dagster_incremental.cursor.definition import CursorDefinition, Incremental, func_name, normalise_pk
 from dagster_incremental.cursor.state import CursorState, StoredBoundary
 from dagster_incremental.errors import (
     CursorPathMissing,
@@ -68,7 +69,7 @@ class IncrementalRun(Incremental):
 
     def __init__(
         self,
-        spec: IncrementalSpec,
+        spec: CursorDefinition,
         state: Mapping[str, Any] | CursorState | None,
         *,
         window: tuple[Any, Any] | None,
@@ -85,7 +86,7 @@ class IncrementalRun(Incremental):
         self._check_state(stored)
         self.cursor_type: str | None = self._resolve_type(stored)
         self._type_explicit = spec.cursor_type is not None
-        inherited = _normalise_pk(inherited_primary_key, "inherited_primary_key") or None  # () = none
+        inherited = normalise_pk(inherited_primary_key, "inherited_primary_key") or None  # () = none
         self.dedup_key: DedupKey = (
             spec.primary_key
             if spec.primary_key is not None
@@ -115,7 +116,7 @@ class IncrementalRun(Incremental):
         changes = []
         if state.recorded("cursor_path") and state.cursor_path != spec.cursor_path:
             changes.append(f"cursor_path {state.cursor_path!r} -> {spec.cursor_path!r}")
-        func = _func_name(spec.last_value_func)
+        func = func_name(spec.last_value_func)
         if state.recorded("last_value_func") and state.last_value_func != func:
             changes.append(f"last_value_func {state.last_value_func!r} -> {func!r}")
         stype = state.cursor_type
@@ -362,7 +363,7 @@ class IncrementalRun(Incremental):
         return CursorState(
             cursor_path=spec.cursor_path,
             cursor_type=self.cursor_type,
-            last_value_func=_func_name(spec.last_value_func),
+            last_value_func=func_name(spec.last_value_func),
             initial_value=self._canonical(initial),
             last_value=self._canonical(last),
             start_value=self._canonical(self.start_key),
@@ -399,8 +400,6 @@ class IncrementalRun(Incremental):
         called many times per run; the live state carries over.
         """
         if _is_spark_df(items):
-            from dagster_incremental.cursor.spark_filter import filter_spark
-
             return filter_spark(self, items)
         if isinstance(items, pa.Table):
             return self._filter_arrow(items)

@@ -10,18 +10,39 @@ from __future__ import annotations
 # value (keyed by a pandas_udf running the SAME Python key function as every other input kind) and
 # the rest, then unions them.
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dagster_incremental.cursor import boundary as _boundary
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.boundary import CONTENT, _short, row_dedup_key
+from dagster_incremental.cursor.boundary import CONTENT, DedupKey, _short, row_dedup_key
 from dagster_incremental.cursor.decide import Cursor, RangeSpec
-from dagster_incremental.errors import CursorPathMissing, IncrementalConfigError, PrimaryKeyMissing
+from dagster_incremental.cursor.definition import CursorDefinition
+from dagster_incremental.cursor.vocabulary import TEMPORAL_TYPES
+from dagster_incremental.errors import CursorPathMissing, CursorTypeError, IncrementalConfigError, PrimaryKeyMissing
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
 
-    from dagster_incremental.cursor.run import IncrementalRun
+
+class LiveRun(Protocol):
+    """What the Spark filter reads from a bound run and reports back to it (`IncrementalRun`
+    is one); the run calls this module, so this module names the run by its shape only."""
+
+    spec: CursorDefinition
+    dedup_key: DedupKey
+    cursor_type: str | None
+
+    @property
+    def is_backfill(self) -> bool: ...
+    @property
+    def decision_inputs(self) -> RangeSpec: ...
+    @property
+    def cursor(self) -> Cursor: ...
+    def adopt_type(self, detected: str | None, sample: Any, where: str) -> None: ...
+    def type_after(self, detected: str) -> str: ...
+    def advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None: ...
+    def missing_error(self, row: Any, missing: bool, where: str) -> Exception: ...
+    def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError: ...
 
 
 def _field(df: DataFrame, parts: tuple[Any, ...]) -> tuple[Column, Any] | None:
@@ -69,7 +90,7 @@ def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if ctype in cv.TEMPORAL_TYPES:
+    if ctype in TEMPORAL_TYPES:
         if isinstance(dtype, T.TimestampType):
             return F.unix_micros(col)
         if isinstance(dtype, T.TimestampNTZType):
@@ -101,8 +122,6 @@ def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
     import pandas as pd
     import pyarrow as pa
     from pyspark.sql.functions import pandas_udf
-
-    from dagster_incremental.cursor.boundary import row_dedup_key
 
     def _keys(frame):
         frame = frame.copy()
@@ -136,7 +155,7 @@ class _Masks(NamedTuple):
     bad: Column  # a value that is not NULL but has no key (not a date / timestamp / number)
 
 
-def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
+def filter_spark(run: LiveRun, df: DataFrame) -> DataFrame:
     """run.filter for a pyspark DataFrame: a lazy filtered frame; the run's cursor advances.
 
     Reads the run only through `decision_inputs`, `cursor`, `cursor_type`, `dedup_key`,
@@ -166,7 +185,7 @@ def filter_spark(run: IncrementalRun, df: DataFrame) -> DataFrame:
     return _kept(run, df, masks, last, inputs, dedup_cols)
 
 
-def _without_cursor_column(run: IncrementalRun, df: DataFrame, policy: str) -> DataFrame:
+def _without_cursor_column(run: LiveRun, df: DataFrame, policy: str) -> DataFrame:
     """A frame without the cursor column: every row is missing (raise / include / exclude)."""
     from pyspark.sql import functions as F
 
@@ -182,7 +201,7 @@ def _without_cursor_column(run: IncrementalRun, df: DataFrame, policy: str) -> D
     return df if policy == "include" else df.where(F.lit(False))
 
 
-def _key_column(run: IncrementalRun, df: DataFrame, col: Column, dtype: Any) -> tuple[str | None, Column]:
+def _key_column(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> tuple[str | None, Column]:
     """(the type detected from the frame, the cursor key as a column). The type is adopted by the
     run only once a non-NULL value is seen, so an empty frame leaves the state empty dict rows do."""
     from pyspark.sql import functions as F
@@ -191,7 +210,7 @@ def _key_column(run: IncrementalRun, df: DataFrame, col: Column, dtype: Any) -> 
     detected = _detect(dtype, df, col) if run.cursor_type in (None, "date") else None
     ctype = run.type_after(detected) if detected is not None else run.cursor_type
     if ctype is None or isinstance(dtype, T.NullType):  # only NULL cursors
-        key = F.lit(None).cast("long" if ctype in (None, *cv.TEMPORAL_TYPES) else "double")
+        key = F.lit(None).cast("long" if ctype in (None, *TEMPORAL_TYPES) else "double")
         if ctype == "string":
             key = F.lit(None).cast("string")
     else:
@@ -252,7 +271,7 @@ def _aggregate(df: DataFrame, col: Column, m: _Masks, direction: str) -> Any:
     ).collect()[0]
 
 
-def _check_values(run: IncrementalRun, df: DataFrame, m: _Masks, row: Any) -> None:
+def _check_values(run: LiveRun, df: DataFrame, m: _Masks, row: Any) -> None:
     """Raise for a value that is not a key, or a NULL cursor under on_cursor_value_missing='raise'."""
     path = run.spec.path
     if row["bad"]:
@@ -265,7 +284,7 @@ def _check_values(run: IncrementalRun, df: DataFrame, m: _Masks, row: Any) -> No
 
 
 def _advance(
-    run: IncrementalRun, df: DataFrame, m: _Masks, row: Any, inputs: RangeSpec, dedup_cols: list[str]
+    run: LiveRun, df: DataFrame, m: _Masks, row: Any, inputs: RangeSpec, dedup_cols: list[str]
 ) -> Any:
     """Move the run's cursor past the frame; the boundary keys of a new extreme come from one
     small bounded job, keyed by the same Python function as every other kind. Returns last."""
@@ -286,7 +305,7 @@ def _advance(
     return last
 
 
-def _kept(run: IncrementalRun, df: DataFrame, m: _Masks, last: Any, inputs: RangeSpec, dedup_cols: list[str]) -> DataFrame:
+def _kept(run: LiveRun, df: DataFrame, m: _Masks, last: Any, inputs: RangeSpec, dedup_cols: list[str]) -> DataFrame:
     """The lazy kept rows: in range (pinned to `last`), NULLs if included, boundary rows deduped."""
     from pyspark.sql import functions as F
 
@@ -333,7 +352,7 @@ def _python_value(value: Any, dtype: Any) -> Any:
     return value
 
 
-def _dedup_columns(run: IncrementalRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
+def _dedup_columns(run: LiveRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
     if not inputs.dedup or run.dedup_key == CONTENT:
         return list(df.columns)
     missing = [c for c in run.dedup_key if c not in df.columns]

@@ -24,14 +24,13 @@ import datetime as dt
 import math
 import re
 from decimal import Decimal
-from typing import Any, Literal, Union
+from typing import Any, Union
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CursorType = Literal["timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis"]
-CURSOR_TYPES: tuple[str, ...] = ("timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis")
-TEMPORAL_TYPES = frozenset({"timestamp", "date", "epoch_seconds", "epoch_millis"})
+from dagster_incremental.cursor.vocabulary import TEMPORAL_TYPES, CursorType
+
 
 Key = Union[int, float, str]
 

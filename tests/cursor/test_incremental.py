@@ -710,7 +710,7 @@ def test_callable_with_spark_is_a_config_error(spark):
             "on_cursor_value_missing='skip' is not valid; allowed: 'raise'",
         ),
         (dict(row_order="up"), "row_order='up' is not valid; allowed: None, 'asc', 'desc'"),
-        (dict(range_start="half"), "range_start='half' is not valid; allowed: 'open', 'closed'"),
+        (dict(range_start="half"), "range_start='half' is not valid; allowed: 'closed', 'open'"),
         (dict(range_end="x"), "range_end='x' is not valid"),
         (dict(lag=-1), "lag=-1 is not valid"),
         (dict(lag="1"), "lag='1' is not valid"),

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from dagster_incremental import incremental
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.slices import parse_step, plan_run, plan_slices
+from dagster_incremental.cursor.slices import plan_run
+from dagster_incremental.cursor.step import parse_step, plan_slices
 from dagster_incremental.errors import IncrementalConfigError
 
 DAY_US = 86_400_000_000

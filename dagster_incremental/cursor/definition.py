@@ -1,0 +1,318 @@
+"""The cursor as declared: the options of `incremental(...)` validated into a frozen
+`CursorDefinition`, and `Incremental`, the type an asset's parameter is annotated with.
+
+A bound run reads the definition; the spec (`spec.py`) is the definition that binds to a run.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from dagster_incremental.cursor import values as cv
+from dagster_incremental.cursor.paths import CursorPath, parse_cursor_path
+from dagster_incremental.cursor.step import Step, number_needs_end, parse_step
+from dagster_incremental.cursor.vocabulary import (
+    CURSOR_TYPES,
+    LAST_VALUE_FUNCS,
+    ON_CURSOR_VALUE_MISSING,
+    RANGE_BOUNDS,
+    ROW_ORDERS,
+    TEMPORAL_TYPES,
+    CursorType,
+    LastValueFunc,
+    OnCursorValueMissing,
+    RangeBound,
+    RowOrder,
+)
+from dagster_incremental.errors import IncrementalConfigError
+
+
+def _known(arg: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise IncrementalConfigError(
+            f"{arg}={value!r} is not valid; allowed: {', '.join(repr(a) for a in allowed)}."
+        )
+
+
+def func_name(func: Any) -> str:
+    """How state and messages name a last_value_func: "max", or "callable:<module>.<name>"."""
+    if isinstance(func, str):
+        return func
+    return f"callable:{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def normalise_pk(value: Any, arg: str = "primary_key") -> tuple[str, ...] | None:
+    """A primary_key as given (a name, names, () or None) as a tuple of names, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Iterable):
+        names = tuple(value)
+        if all(isinstance(v, str) for v in names):
+            return names
+    raise IncrementalConfigError(
+        f"{arg}={value!r} is not valid: give a column name, a sequence of column names, () to "
+        "disable boundary dedup, or None to inherit the asset's primary key."
+    )
+
+
+class Incremental(abc.ABC):
+    """A cursor as an asset function sees it: the values of its range, a filter, the state.
+
+    An asset's parameter annotated `Incremental` receives the bound run (`IncrementalRun`); a
+    spec (`IncrementalSpec`, from `incremental(...)`) answers as a run that has no state yet.
+    """
+
+    cursor_path: str
+
+    @property
+    @abc.abstractmethod
+    def initial_value(self) -> Any:
+        """The first run's start, also the floor for lag."""
+
+    @property
+    @abc.abstractmethod
+    def end_value(self) -> Any:
+        """The exclusive (or, with range_end="closed", inclusive) end of a bounded run, or None."""
+
+    @property
+    @abc.abstractmethod
+    def start_value(self) -> Any:
+        """Where this run starts: the previous last_value (lag-adjusted) or initial_value."""
+
+    @property
+    @abc.abstractmethod
+    def last_value(self) -> Any:
+        """The high-water mark so far: start_value before any row is filtered."""
+
+    @property
+    @abc.abstractmethod
+    def is_backfill(self) -> bool:
+        """True for a bounded, stateless run (end_value or a partition window)."""
+
+    @property
+    @abc.abstractmethod
+    def state(self) -> dict[str, Any] | None:
+        """The JSON-serialisable state to persist after the run (None before any run)."""
+
+    @abc.abstractmethod
+    def filter(self, items: Any) -> Any:
+        """The in-range, not-yet-loaded rows of `items`, in the same kind as given."""
+
+    @abc.abstractmethod
+    def can_close(self) -> bool:
+        """True once row_order says no more in-range rows can come."""
+
+
+@dataclass(frozen=True)
+class CursorDefinition:
+    """A validated cursor definition: the options as given, checked together, and what they imply
+    (path, step, type, bounds as keys). `IncrementalSpec` is this plus the run it binds to.
+
+    `primary_key=None` means "inherit the asset's primary key" (content hash if it has none);
+    `()` disables boundary dedup. `cursor_type` (keyword extra): None = detect, else one of
+    "timestamp", "date", "number", "string", "epoch_seconds", "epoch_millis" (numbers in rows are
+    instants).
+    """
+
+    cursor_path: str
+    initial_value: Any = None
+    end_value: Any = None
+    last_value_func: LastValueFunc | Callable[[Sequence[Any]], Any] = "max"
+    primary_key: tuple[str, ...] | None = None
+    row_order: RowOrder | None = None
+    on_cursor_value_missing: OnCursorValueMissing = "raise"
+    range_start: RangeBound = "closed"
+    range_end: RangeBound = "open"
+    lag: float | None = None
+    cursor_type: CursorType | None = None
+    step: str | float | None = None
+    # derived at validation
+    _path: CursorPath = field(init=False, repr=False, compare=False)
+    _step: Step | None = field(init=False, repr=False, compare=False)
+    _type: str | None = field(init=False, repr=False, compare=False)
+    _initial_key: Any = field(init=False, repr=False, compare=False)
+    _end_key: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "_path", parse_cursor_path(self.cursor_path))
+        func = self.last_value_func
+        if func is max or func is min:
+            set_(self, "last_value_func", func.__name__)
+        elif isinstance(func, str) or not callable(func):
+            _known("last_value_func", func, [*LAST_VALUE_FUNCS, "a callable(sequence) -> value"])
+        set_(self, "primary_key", normalise_pk(self.primary_key))
+        _known("on_cursor_value_missing", self.on_cursor_value_missing, ON_CURSOR_VALUE_MISSING)
+        _known("row_order", self.row_order, [None, *ROW_ORDERS])
+        _known("range_start", self.range_start, RANGE_BOUNDS)
+        _known("range_end", self.range_end, RANGE_BOUNDS)
+        if self.cursor_type is not None:
+            _known("cursor_type", self.cursor_type, [None, *CURSOR_TYPES])
+        if self.lag is not None:
+            if (isinstance(self.lag, bool) or not isinstance(self.lag, (int, float))
+                    or not math.isfinite(self.lag) or self.lag < 0):
+                raise IncrementalConfigError(
+                    f"lag={self.lag!r} is not valid: give a number >= 0 (seconds for timestamps, "
+                    "days for dates, native units for numbers) or None."
+                )
+            if self.is_callable:
+                raise IncrementalConfigError(
+                    f"lag={self.lag!r} cannot be used with a callable last_value_func "
+                    f"({func_name(func)}): lag needs 'max' or 'min'."
+                )
+        if self.end_value is not None and self.initial_value is None:
+            raise IncrementalConfigError(
+                f"end_value={self.end_value!r} was given without initial_value: a bounded range "
+                "(backfill) needs both; set initial_value to the range start."
+            )
+        self._check_bounds()
+        self._resolve_values()
+        self._check_step()
+
+    def _check_bounds(self) -> None:
+        """initial_value / end_value by config.toml's rule (a callable compares its own values)."""
+        if self.is_callable:
+            return
+        for arg in ("initial_value", "end_value"):
+            value = getattr(self, arg)
+            if value is None:
+                continue
+            try:
+                cv.check_bound(value, self.cursor_type)
+            except cv.BadBound as bad:
+                raise IncrementalConfigError(
+                    f"incremental({self.cursor_path!r}): {arg}={value!r} {bad.problem}; {bad.hint}.") from None
+
+    def _check_step(self) -> None:
+        """step: valid, for a cursor going up, and (when the type is known now) fit for its type."""
+        set_ = object.__setattr__
+        set_(self, "_step", parse_step(self.step))
+        if self._step is None:
+            return
+        if self.is_callable or self.direction != "max":
+            raise IncrementalConfigError(
+                f"step={self.step!r} needs last_value_func='max': slices cut a range going up "
+                f"(got {func_name(self.last_value_func)})."
+            )
+        if self._type is not None:
+            self._step.delta(self._type, self.cursor_path)
+        if self._type == "number" and self.end_value is None:
+            raise IncrementalConfigError(number_needs_end(self.step, self.cursor_path))
+
+    def _resolve_values(self) -> None:
+        """The cursor type and the bounds as keys; a callable compares public values itself."""
+        if self.is_callable:
+            self._check_callable_range()
+            ctype, ik, ek = self.cursor_type, None, None
+        else:
+            ctype = self._value_type()
+            ik, ek = self._value_key("initial_value", ctype), self._value_key("end_value", ctype)
+            self._check_lag_and_order(ctype, ik, ek)
+        set_ = object.__setattr__
+        set_(self, "_type", ctype)
+        set_(self, "_initial_key", ik)
+        set_(self, "_end_key", ek)
+
+    def _check_callable_range(self) -> None:
+        if self.end_value is None:
+            return
+        try:
+            ok = self.last_value_func((self.end_value, self.initial_value)) == self.end_value
+        except Exception as e:  # noqa: BLE001 - user function
+            raise IncrementalConfigError(
+                f"initial_value={self.initial_value!r} and end_value={self.end_value!r} are "
+                f"not comparable by last_value_func: {e}"
+            ) from e
+        if not ok:
+            raise IncrementalConfigError(
+                f"end_value={self.end_value!r} is on the wrong side of initial_value="
+                f"{self.initial_value!r} for last_value_func {func_name(self.last_value_func)}: "
+                "last_value_func((end_value, initial_value)) must return end_value."
+            )
+
+    def _value_type(self) -> str | None:
+        """cursor_type, else the type of initial_value / end_value (which must be comparable)."""
+        types = {}
+        for arg in ("initial_value", "end_value"):
+            value = getattr(self, arg)
+            if value is not None:
+                t = cv.detect_type(value)
+                if t is None:
+                    raise IncrementalConfigError(
+                        f"{arg}={value!r} (type {type(value).__name__}) cannot be a cursor value: use a "
+                        "datetime, date, ISO-8601 string, number or string."
+                    )
+                types[arg] = t
+        ctype = self.cursor_type
+        if ctype is None and types:
+            ctype = types.get("initial_value") or types["end_value"]
+            if ctype == "date" and "timestamp" in types.values():
+                ctype = "timestamp"
+        if len(types) == 2 and self.cursor_type is None:
+            fam = {("temporal" if t in TEMPORAL_TYPES else t) for t in types.values()}
+            if len(fam) > 1:
+                raise IncrementalConfigError(
+                    f"initial_value={self.initial_value!r} ({types['initial_value']}) and end_value="
+                    f"{self.end_value!r} ({types['end_value']}) are not comparable: give both as the "
+                    "same kind of value."
+                )
+        return ctype
+
+    def _value_key(self, arg: str, ctype: str | None) -> Any:
+        value = getattr(self, arg)
+        if value is None:
+            return None
+        try:
+            return cv.to_key(value, ctype)  # type: ignore[arg-type]
+        except cv.KeyConversionError as e:
+            raise IncrementalConfigError(
+                f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."
+            ) from e
+
+    def _check_lag_and_order(self, ctype: str | None, ik: Any, ek: Any) -> None:
+        if self.lag is not None and ctype == "string":
+            raise IncrementalConfigError(
+                f"lag={self.lag!r} cannot be used with a string cursor ({self.cursor_path!r}); lag "
+                "works for timestamps (seconds), dates (days) and numbers."
+            )
+        if ek is not None:
+            if (self.direction == "max" and ek < ik) or (self.direction == "min" and ek > ik):
+                word = "lower" if self.direction == "max" else "higher"
+                raise IncrementalConfigError(
+                    f"end_value={self.end_value!r} is {word} than initial_value={self.initial_value!r}: "
+                    f"with last_value_func={self.last_value_func!r} the range runs from initial_value "
+                    f"{'up' if self.direction == 'max' else 'down'} to end_value; swap them."
+                )
+
+    # -- derived properties ------------------------------------------------------------------
+
+    @property
+    def is_callable(self) -> bool:
+        return not isinstance(self.last_value_func, str)
+
+    @property
+    def direction(self) -> LastValueFunc:
+        """ "max" or "min"; a callable counts as "max" for row_order purposes."""
+        return self.last_value_func if isinstance(self.last_value_func, str) else "max"
+
+    @property
+    def path(self) -> CursorPath:
+        return self._path
+
+    @property
+    def parsed_step(self) -> Step | None:
+        return self._step
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes` applied and validated again (None is a value, not "unset")."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self) if f.init}
+        if unknown:
+            raise IncrementalConfigError(f"Incremental.replace got unknown arguments: {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
