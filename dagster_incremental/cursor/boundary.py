@@ -95,7 +95,8 @@ def row_dedup_key(row: Mapping[str, Any], dedup_key: DedupKey, *, where: str = "
             raise PrimaryKeyMissing(
                 f"The dedup key column {column!r} (primary_key {list(dedup_key)}) is missing in "
                 f"{where or 'a row'}: {_short(row)}. Add the column, set primary_key to columns every "
-                "row has, or primary_key=() to disable boundary dedup."
+                "row has, or primary_key=() to disable boundary dedup.",
+                columns=[column],
             )
         values.append(value)
     return canonical_json(values[0] if len(values) == 1 else values)

@@ -125,14 +125,13 @@ class IncrementalRun(Incremental):
             if not inferred_temporal:
                 changes.append(f"cursor_type {stype!r} -> {spec._type!r}")
         if changes:
-            err = CursorStateMismatch(
+            raise CursorStateMismatch(
                 "The stored cursor state was made by a different cursor definition ("
                 + "; ".join(changes)
                 + "): its last_value cannot be used. Run a full refresh (replace the table and drop "
-                "the stored state), or restore the previous definition."
+                "the stored state), or restore the previous definition.",
+                changed=[c.split(" ", 1)[0] for c in changes],
             )
-            err.changed = [c.split(" ", 1)[0] for c in changes]  # type: ignore[attr-defined]
-            raise err
 
     def _resolve_type(self, state: CursorState | None) -> str | None:
         spec = self.spec
@@ -508,18 +507,22 @@ class IncrementalRun(Incremental):
         if missing:
             return CursorPathMissing(
                 f"cursor_path {path!r} is missing in {where}: {_short(row)}. Fix the data, or set "
-                "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them)."
+                "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them).",
+                cursor_path=path,
             )
         return CursorValueNone(
             f"cursor_path {path!r} is None in {where}: {_short(row)}. Fix the data, or set "
-            "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them)."
+            "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them).",
+            cursor_path=path,
         )
 
     def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
         return CursorTypeError(
             f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}) "
             f"in {where} cannot be compared with the {self.cursor_type} cursor: {reason}. Row: "
-            f"{_short(row)}. Convert the column to one type (or set cursor_type=...)."
+            f"{_short(row)}. Convert the column to one type (or set cursor_type=...).",
+            cursor_path=self.spec.cursor_path,
+            value=value,
         )
 
     # -- per kind: each builds one key array and hands it to decide.decide ---------------------
@@ -632,7 +635,8 @@ class IncrementalRun(Incremental):
             raise CursorPathMissing(
                 f"cursor_path {self.spec.cursor_path!r}: the table has no column "
                 f"{self.spec.path.column!r} (columns: {columns}); row 0: {_short(first_row())}. Fix the "
-                "data, or set on_cursor_value_missing='include' / 'exclude'."
+                "data, or set on_cursor_value_missing='include' / 'exclude'.",
+                cursor_path=self.spec.cursor_path,
             )
         return np.full(n, policy == "include", dtype=bool)
 

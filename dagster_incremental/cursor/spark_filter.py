@@ -195,7 +195,8 @@ def _without_cursor_column(run: LiveRun, df: DataFrame, policy: str) -> DataFram
             raise CursorPathMissing(
                 f"cursor_path {run.spec.cursor_path!r}: the Spark frame has no column "
                 f"{run.spec.path.column!r} (columns: {df.columns}); a row: {_short(first[0].asDict())}. Fix "
-                "the data, or set on_cursor_value_missing='include' / 'exclude'."
+                "the data, or set on_cursor_value_missing='include' / 'exclude'.",
+                cursor_path=run.spec.cursor_path,
             )
         return df
     return df if policy == "include" else df.where(F.lit(False))
@@ -359,7 +360,8 @@ def _dedup_columns(run: LiveRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
     if missing:
         raise PrimaryKeyMissing(
             f"The dedup key column(s) {missing} (primary_key {list(run.dedup_key)}) are missing in the "
-            f"Spark frame (columns: {df.columns}). Add them, or set primary_key=() to disable boundary dedup."
+            f"Spark frame (columns: {df.columns}). Add them, or set primary_key=() to disable boundary dedup.",
+            columns=missing,
         )
     return list(run.dedup_key)
 

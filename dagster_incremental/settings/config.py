@@ -62,7 +62,7 @@ from pydantic import ValidationError
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.environment import ENV_PREFIX, apply_config_environment
-from dagster_incremental.settings.problems import Problem, config_error, find_name, section_text, suggest
+from dagster_incremental.settings.problems import Problem, find_name, section_text, suggest
 from dagster_incremental.settings.report import Reporter
 from dagster_incremental.settings.schema import (
     AssetOptions,
@@ -263,10 +263,10 @@ def _config_file(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
         display = str(DEFAULT_CONFIG_PATH)
     file = Path(display).expanduser().absolute()
     if file.exists() and not file.is_file():
-        raise config_error(f"{display}: is not a file; point {explicit or 'load_config'} at a config.toml",
+        raise IncrementalConfigError(f"{display}: is not a file; point {explicit or 'load_config'} at a config.toml",
                            path=file)
     if explicit and not file.exists():
-        raise config_error(f"{display}: config file not found (named by {explicit}); create it or fix the "
+        raise IncrementalConfigError(f"{display}: config file not found (named by {explicit}); create it or fix the "
                            f"path (resolved to {file})", path=file)
     return read_toml_text(file, display, "config file")
 

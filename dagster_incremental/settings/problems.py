@@ -11,10 +11,8 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
-from pathlib import Path
 from typing import Any
 
-from dagster_incremental.errors import IncrementalConfigError
 
 
 class BadValue(Exception):
@@ -93,20 +91,6 @@ def key_text(section: tuple[str, ...], key: tuple[str, ...]) -> str:
     if section[:2] == ("spark", "conf"):
         return ".".join(key)
     return ".".join(toml_key(k) for k in key)
-
-
-def config_error(message: str, *, path: Path, section: str | None = None, key: str | None = None,
-                 value: Any = None, line: int | None = None,
-                 env_var: str | None = None) -> IncrementalConfigError:
-    """IncrementalConfigError with structured attributes for code that wants more than text.
-
-    `path` (absolute), `section` ("[assets.orders.updated_at]"), `key` (dotted below the section),
-    `value`, `line` (None when unknown or set by the environment), `env_var` (or None).
-    """
-    err = IncrementalConfigError(message)
-    err.path, err.section, err.key, err.value = path, section, key, value  # type: ignore[attr-defined]
-    err.line, err.env_var = line, env_var  # type: ignore[attr-defined]
-    return err
 
 
 def find_name(table: Mapping[str, Any], name: str) -> str | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.problems import (
     Problem,
-    config_error,
     key_text,
     section_text,
     toml_value,
@@ -75,6 +74,6 @@ class Reporter:
         line = None if p.env else self.line(full)
         if line:
             text += f" (at line {line})"
-        return config_error(text, path=path, section=section_text(p.section) if p.section else None,
+        return IncrementalConfigError(text, path=path, section=section_text(p.section) if p.section else None,
                             key=".".join(p.key) or None, value=p.value if p.show_value else None,
                             line=line, env_var=env[0] if env else None)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, BaseModel, ConfigDict, Field, PlainValidator, ValidationInfo, model_validator
 
-from dagster_incremental.cursor.values import CursorType
+from dagster_incremental.cursor.vocabulary import CursorType, LastValueFunc, OnCursorValueMissing, RangeBound, RowOrder
 from dagster_incremental.settings import env_values as env
 from dagster_incremental.settings import field_checks as check
 from dagster_incremental.settings.env_values import FromEnv
@@ -209,13 +209,13 @@ class IncrementalArgument(Table):
     cursor_path: Annotated[Text, _hint('use a column name or a dotted/JSON path, e.g. "updated_at"')] | None = None
     initial_value: CursorValue = None
     end_value: CursorValue = None
-    last_value_func: Literal["max", "min"] | None = None
+    last_value_func: LastValueFunc | None = None
     primary_key: Annotated[tuple[str, ...], PlainValidator(check.names(allow_empty=True)), FromEnv(env.read_names),
                            _hint(COLUMNS_HINT + ", or [] for no boundary dedup")] | None = None
-    row_order: SortOrder | None = None
-    on_cursor_value_missing: Literal["raise", "include", "exclude"] | None = None
-    range_start: Literal["closed", "open"] | None = None
-    range_end: Literal["open", "closed"] | None = None
+    row_order: RowOrder | None = None
+    on_cursor_value_missing: OnCursorValueMissing | None = None
+    range_start: RangeBound | None = None
+    range_end: RangeBound | None = None
     lag: Annotated[float, PlainValidator(check.number_at_least(0)), FromEnv(env.read_number),
                    _hint(LAG_HINT)] | None = None
     cursor_type: CursorType | None = None

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX, apply_secrets_environment
-from dagster_incremental.settings.problems import BadValue, Problem, config_error, find_name, kind
+from dagster_incremental.settings.problems import BadValue, Problem, find_name, kind
 from dagster_incremental.settings.report import Reporter
 from dagster_incremental.settings.schema import NAME_RE
 from dagster_incremental.settings.spark_conf import CONF_SECTION, VALUE_HINT, conf_value, flatten
@@ -166,7 +166,7 @@ def load_secrets(path: str | os.PathLike[str] | None, *, display: str | None = N
     file = Path(path).expanduser().absolute() if path is not None else Path(os.devnull)
     display = display or (os.fspath(path) if path is not None else "(environment)")
     if path is not None and file.exists() and not file.is_file():
-        raise config_error(f"{display}: is not a file; secrets.toml must be a file beside config.toml",
+        raise IncrementalConfigError(f"{display}: is not a file; secrets.toml must be a file beside config.toml",
                            path=file)
     source = read_toml_text(file, display, "secrets file", quote_errors=False) if path is not None else None
     raw = source.parse(quote_line=False) if source is not None else {}

@@ -15,7 +15,6 @@ from typing import Any
 import tomli
 
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.settings.problems import config_error
 
 
 @dataclass(frozen=True)
@@ -43,11 +42,11 @@ class TomlText:
         line = getattr(exc, "lineno", None)
         if not quote_line:  # nor tomli's "invalid character 'x'": it quotes the file
             what = "invalid TOML" if "character" in exc.msg else f"invalid TOML ({exc.msg})"
-            return config_error(f"{self.display}: {what} at line {line}, column {exc.colno}; the line "
+            return IncrementalConfigError(f"{self.display}: {what} at line {line}, column {exc.colno}; the line "
                                 "is not shown because it may hold a secret", path=self.path, line=line)
         lines = self.lines
         shown = f"\n    {line} | {lines[line - 1]}" if line and 0 < line <= len(lines) else ""
-        return config_error(f"{self.display}: invalid TOML: {exc}{shown}", path=self.path, line=line)
+        return IncrementalConfigError(f"{self.display}: invalid TOML: {exc}{shown}", path=self.path, line=line)
 
 
 def read_toml_text(path: Path, display: str, what: str, *, quote_errors: bool = True) -> TomlText:
@@ -58,10 +57,10 @@ def read_toml_text(path: Path, display: str, what: str, *, quote_errors: bool = 
             return TomlText(path, display, path.read_text(encoding="utf-8"), True)
         except UnicodeDecodeError as exc:  # its message quotes a byte of the file
             reason = f" ({exc})" if quote_errors else ": it is not UTF-8 text"
-            raise config_error(f"{display}: cannot read the {what}{reason}", path=path) from None
+            raise IncrementalConfigError(f"{display}: cannot read the {what}{reason}", path=path) from None
         except OSError as exc:
             reason = exc if quote_errors else exc.strerror
-            raise config_error(f"{display}: cannot read the {what} ({reason})", path=path) from None
+            raise IncrementalConfigError(f"{display}: cannot read the {what} ({reason})", path=path) from None
     return TomlText(path, display)
 
 

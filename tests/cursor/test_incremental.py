@@ -559,8 +559,9 @@ def test_datetime_values_any_zone(kind, convert):
 
 def test_incomparable_int_row_with_datetime_cursor():
     run = incremental("ts", initial_value=dt.datetime(2024, 1, 1)).bind()
-    with pytest.raises(CursorTypeError, match=r"'ts'.*5.*int.*timestamp.*Row: \{'id': 2, 'ts': 5\}"):
+    with pytest.raises(CursorTypeError, match=r"'ts'.*5.*int.*timestamp.*Row: \{'id': 2, 'ts': 5\}") as e:
         run.filter([{"id": 1, "ts": "2024-01-02T00:00:00Z"}, {"id": 2, "ts": 5}])
+    assert (e.value.cursor_path, e.value.value) == ("ts", 5)
 
 
 def test_non_iso_string_with_timestamp_cursor(kind, convert):
@@ -765,6 +766,7 @@ def test_cursor_state_mismatch(change, match):
     with pytest.raises(CursorStateMismatch, match=match) as e:
         incremental(**args).bind(run.state)
     assert "full refresh" in str(e.value)
+    assert e.value.changed == [match.split(" ", 1)[0]]
     with pytest.raises(CursorStateMismatch, match="version"):
         incremental("ts").bind({"version": 99, "last_value": 5})
 
