@@ -21,6 +21,7 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.problems import find_name, section_text, suggest
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
+from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import Scd2Options
@@ -89,8 +90,8 @@ class AssetSettings:
                 "the rows changed since the cursor: set merge_key (a batch then retires only rows of the "
                 "merge_key groups it holds), or drop the cursor if the source delivers a full snapshot each run"
             )
-        if self.disposition == "merge" and self.strategy == "upsert" and self.merge_key:
-            out.append("upsert ignores merge_key; it matches on primary_key only")
+        if self.disposition == "merge" and self.strategy in PRIMARY_KEY_STRATEGIES and self.merge_key:
+            out.append(f"{self.strategy} ignores merge_key; it matches on primary_key only")
         if self.dedup_sort and not self.primary_key:
             out.append(f"dedup_sort on {self.dedup_sort[0]!r} is ignored without a primary_key")
         if self.disposition != "merge" and self.hard_delete_column:

@@ -24,6 +24,7 @@ import dagster as dg
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.settings.vocabulary import matches_on_primary_key
 from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, IncrementalBatch
 
 PRIMARY_KEY_UNIQUE = "primary_key_unique"
@@ -141,14 +142,14 @@ def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[
 
 def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_key, base) -> dict[str, Any] | None:
     """Metadata of a pass without counting, or None: count. A MERGE keyed on exactly the primary
-    key (upsert; delete-insert without merge_key) with a batch deduplicated on it cannot make a
+    key (upsert, insert-only; delete-insert without merge_key) with a batch deduplicated on it cannot make a
     key occur twice. So when the last count found the keys unique at snapshot P (or the table is
     new: this run created it from its deduplicated batch) and every commit since is this run's
     (or a compaction, or the empty commit a new table starts with: neither changes a row), the
     table is still unique: checked from the snapshot
     lineage in the metadata files, with no Spark job. Anything else (appends, scd2, a merge_key, a
     window, another writer's commit, a catalog whose files are not readable here) is counted."""
-    keyed_merge = settings.strategy == "upsert" or (settings.strategy == "delete-insert" and not settings.merge_key)
+    keyed_merge = settings.strategy != "scd2" and matches_on_primary_key(settings.strategy, settings.merge_key)
     if not keyed_merge or batch.window is not None or batch.full_refresh:
         return None
     last = _last_count(context.instance, check_key, base["scope"].value)

@@ -25,6 +25,7 @@ from dagster_incremental.settings.problems import kind, suggest
 from dagster_incremental.settings.vocabulary import (
     DEFAULT_STRATEGY,
     DISPOSITIONS,
+    PRIMARY_KEY_STRATEGIES,
     SCD2_OPTIONS,
     Disposition,
     MergeStrategy,
@@ -287,8 +288,8 @@ class AssetOptions(Table):
         strategy = self.write_disposition.merge_strategy if self.write_disposition else None
         if not (info.context or {}).get("resolved"):
             return self
-        if strategy == "upsert" and not self.primary_key:
-            raise invalid("is not set", "the upsert strategy needs a primary key", at=("primary_key",),
+        if strategy in PRIMARY_KEY_STRATEGIES and not self.primary_key:
+            raise invalid("is not set", f"the {strategy} strategy needs a primary key", at=("primary_key",),
                           show_value=False)
         # scd2 keeps its own rules: without a key it compares whole rows
         if strategy == "delete-insert" and not (self.primary_key or self.merge_key):

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
+from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES, matches_on_primary_key
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.branch_commit import CursorGuard, new_branch_name
 from dagster_incremental.spark.commit import (
@@ -318,7 +319,7 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
         return []
     strategy = spec.strategy or "delete-insert"
     groups: list[set[str]]
-    if strategy == "upsert":
+    if strategy in PRIMARY_KEY_STRATEGIES:
         groups = [set(spec.primary_key)]
     elif strategy == "scd2" and not spec.merge_key:
         return []
@@ -342,7 +343,7 @@ def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any)
         return False
     if spec.disposition == "replace":
         return True
-    keyed = spec.strategy in (None, "upsert", "delete-insert") and not spec.merge_key
+    keyed = spec.strategy != "scd2" and matches_on_primary_key(spec.strategy, spec.merge_key)
     return keyed and deduplicated and spec.hard_delete_column is None
 
 

@@ -576,7 +576,7 @@ def test_a_misspelt_table_is_read_as_an_argument_and_the_message_says_so(tmp_pat
          "or a table such as"),
         ('[assets.orders]\nwrite_disposition = { disposition = "merge", strategy = "insert" }\n',
          '[assets.orders] write_disposition.strategy = "insert" is not allowed; use one of "delete-insert", '
-         '"upsert", "scd2"'),
+         '"upsert", "insert-only", "scd2"'),
         ('[assets.orders]\ncolumns = { seq = { dedup_sort = "newest" } }\n',
          '[assets.orders] columns.seq.dedup_sort = "newest" is not allowed; use one of "asc", "desc"'),
         ('[assets.orders]\npartitions = { schedule = "yearly", start = 2024-01-01 }\n',

@@ -37,7 +37,7 @@ def error(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> str:
 @pytest.mark.parametrize(("decorator", "expected"), [
     ({"write_disposition": {"disposition": "merge", "strategy": "cdc"}},
      "@incremental_asset of asset 'orders': write_disposition.strategy='cdc' is not allowed; use one of "
-     '"delete-insert", "upsert", "scd2"'),
+     '"delete-insert", "upsert", "insert-only", "scd2"'),
     ({"columns": {"seq": {"dedup_sort": "up"}}},
      "@incremental_asset of asset 'orders': columns.seq.dedup_sort='up' is not allowed; use one of \"asc\", \"desc\""),
     ({"primary_key": 5}, "@incremental_asset of asset 'orders': primary_key=5 is an integer; use a column name"),
@@ -63,13 +63,21 @@ def test_config_wins_over_the_decorator_and_upsert_needs_a_key_from_either(tmp_p
     assert "[assets.orders] primary_key" in message
 
 
+def test_insert_only_is_a_strategy_and_needs_a_primary_key(tmp_path):
+    cfg = load(tmp_path, '[assets.orders]\nwrite_disposition = { disposition = "merge", strategy = "insert-only" }\n')
+    options = cfg.resolve_asset("orders", {"primary_key": "id"})
+    assert options.write_disposition.merge_strategy == "insert-only"
+    with pytest.raises(IncrementalConfigError, match="primary_key is not set; the insert-only strategy needs a primary key"):
+        cfg.resolve_asset("orders", {})
+
+
 def test_the_strategy_vocabulary_is_the_settings_one():
     from dagster_incremental.spark import write_spec
     from dagster_incremental.spark.merge import dedup
 
     assert write_spec.MergeStrategy is vocabulary.MergeStrategy
     assert get_args(write_spec.Disposition) == vocabulary.DISPOSITIONS == ("append", "replace", "merge")
-    assert vocabulary.STRATEGIES == ("delete-insert", "upsert", "scd2")
+    assert vocabulary.STRATEGIES == ("delete-insert", "upsert", "insert-only", "scd2")
     assert not hasattr(dedup, "STRATEGIES")
 
 

@@ -205,10 +205,10 @@ HOSTILE = [("select", "int"), ("a`b", "string"), ("from", "string"), ("it's", "b
            ("v", "string")]
 
 
-@pytest.mark.parametrize("strategy", ["delete-insert", "upsert", "scd2"])
+@pytest.mark.parametrize("strategy", ["delete-insert", "upsert", "insert-only", "scd2"])
 def test_hostile_column_names_through_every_strategy(spark, strategy):
     spec = spec_for(new_table(f"hostile_{strategy}"), strategy, primary_key=("select", "a`b"),
-                    merge_key=("from",) if strategy != "upsert" else (), hard_delete_column="it's",
+                    merge_key=("from",) if strategy not in ("upsert", "insert-only") else (), hard_delete_column="it's",
                     dedup_sort=("two words", "desc"))
     run_merge(spark, spec, HOSTILE, [
         (1, "x", "f1", None, 1, "old"), (1, "x", "f1", None, 2, "new"), (2, "y", "f1", None, 1, "keep"),
@@ -226,6 +226,8 @@ def test_hostile_column_names_through_every_strategy(spark, strategy):
         expected = [(1, "x", "f1", False, 3, "newer")]
     elif strategy == "upsert":
         expected = [(1, "x", "f1", False, 3, "newer"), (2, "y", "f1", None, 1, "keep")]
+    elif strategy == "insert-only":  # no new key: nothing changes
+        expected = v1
     else:  # scd2 with merge_key: 1 changed, 2 absent in reloaded f1 (retired), 3 hard-deleted
         expected = [(1, "x", "f1", None, 2, "new", S0, S1), (2, "y", "f1", None, 1, "keep", S0, S1),
                     (3, "z", "f2", None, 1, "gone", S0, S1), (1, "x", "f1", False, 3, "newer", S1, None)]
@@ -254,3 +256,17 @@ def test_upsert_and_delete_insert_match_a_reference(spark, history):
         for spec in tables.values():
             run_merge(spark, spec, KVD, rows)
             assert table_rows(spark, spec.table) == expected
+
+
+# --- insert-only ----------------------------------------------------------------------------------
+
+
+def test_insert_only_inserts_new_keys_and_never_touches_existing_rows(spark):
+    """dlt's insert-only: a key already in the table keeps its first row; a tombstone is only
+    left out of the insert (it deletes nothing); duplicates in a batch keep the last row seen."""
+    spec = spec_for(new_table("insert_only"), "insert-only", primary_key="id", hard_delete_column="deleted")
+    run_merge(spark, spec, KVD, [(1, "a", None), (2, "b", None), (2, "b2", None), (9, "ghost", True)])
+    assert table_rows(spark, spec.table) == [(1, "a", None), (2, "b2", None)]
+    text, _ = run_merge(spark, spec, KVD, [(1, "A", None), (2, "b", True), (3, "c", None), (3, "c2", None)])
+    assert "WHEN MATCHED" not in text
+    assert table_rows(spark, spec.table) == [(1, "a", None), (2, "b2", None), (3, "c2", None)]

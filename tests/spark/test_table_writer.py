@@ -418,6 +418,18 @@ def test_merge_with_the_real_strategies(spark, writer, table):
     assert (window_result.rows_inserted, window_result.rows_deleted) == (1, 1)
 
 
+def test_insert_only_counts_only_the_rows_it_inserted(spark, writer, table):
+    """Rows whose key the table holds are neither updated nor counted; no data file is rewritten."""
+    spec = WriteSpec(table=table, disposition="merge", strategy="insert-only", primary_key=("id",))
+    first = writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b")]), commit=info(1))
+    assert (first.rows_inserted, first.rows_updated, first.rows_deleted, first.row_count) == (2, 0, 0, 2)
+    again = writer.write(spec, frame(spark, [(2, D(2024, 1, 2), "B"), (3, D(2024, 1, 2), "c")]), commit=info(2))
+    assert (again.rows_inserted, again.rows_updated, again.rows_deleted, again.row_count) == (1, 0, 0, 3)
+    assert contents(spark, table) == [(1, D(2024, 1, 1), "a"), (2, D(2024, 1, 1), "b"), (3, D(2024, 1, 2), "c")]
+    assert snapshots(spark, table)[-1][2].get("deleted-data-files", "0") == "0"
+    assert writer.read_committed_state(table).state == {"last_value": 2}
+
+
 def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(spark, writer, table):
     """A key updated into a later window leaves no old version behind in its earlier window."""
     spec = WriteSpec(

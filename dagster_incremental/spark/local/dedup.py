@@ -9,8 +9,8 @@
 # dedup_sort (NULL never wins), then the newest cursor value (NULL never wins), then the last row
 # seen; a NULL in a key column is an error naming the column and a sample row.
 #
-# Only strategies whose batch is exactly one row per primary key are covered (upsert;
-# delete-insert without merge_key). scd2 and delete-insert with merge_key keep the Spark path.
+# Only strategies whose batch is exactly one row per primary key are covered (upsert,
+# insert-only; delete-insert without merge_key). scd2 and delete-insert with merge_key keep the Spark path.
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.errors import DataShapeError
+from dagster_incremental.settings.vocabulary import matches_on_primary_key
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteSpec, null_key_message
 
 _ARRIVAL = "__di_arrival"
@@ -34,8 +35,7 @@ def covers(spec: WriteSpec, columns: list[str]) -> bool:
     """
     if spec.disposition != "merge" or not spec.primary_key:
         return False
-    strategy = spec.strategy or "delete-insert"
-    if not (strategy == "upsert" or (strategy == "delete-insert" and not spec.merge_key)):
+    if not matches_on_primary_key(spec.strategy, spec.merge_key):
         return False
     needed = list(spec.primary_key) + ([spec.dedup_sort[0]] if spec.dedup_sort else [])
     if spec.dedup_sort is not None and spec.dedup_sort[1] not in ("asc", "desc"):

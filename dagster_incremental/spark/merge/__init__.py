@@ -1,4 +1,4 @@
-"""The merge strategies (delete-insert, upsert, scd2): one module each, one MERGE per run, found
+"""The merge strategies (delete-insert, upsert, insert-only, scd2): one module each, one MERGE per run, found
 by name in STRATEGIES."""
 
 # Pruning by partition bounds assumes a key's rows never move to another partition (the partition
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.spark.merge.dedup import resolve_strategy
 from dagster_incremental.spark.merge.delete_insert import DeleteInsert
+from dagster_incremental.spark.merge.insert_only import InsertOnly
 from dagster_incremental.spark.merge.scd2 import Scd2
 from dagster_incremental.spark.merge.sql import DELETED, HELPER_PREFIX, SURVIVOR
 from dagster_incremental.spark.merge.strategy import MergeStrategy, Prune
@@ -42,6 +43,7 @@ __all__ = [
 STRATEGIES: Mapping[str, MergeStrategy] = {
     "delete-insert": DeleteInsert(),
     "upsert": Upsert(),
+    "insert-only": InsertOnly(),
     "scd2": Scd2(),
 }
 
