@@ -49,6 +49,7 @@ def commit_result(
     batch_rows: BatchRows | None = None,
     aligned: DataFrame | None = None,
     window: WindowReplace | None = None,
+    counts: Counts | None = None,
 ) -> WriteResult:
     """WriteResult from the snapshot the commit made (found by its commit id).
 
@@ -61,15 +62,16 @@ def commit_result(
     tombstone whose key was there a delete, the others inserts. "refresh": the table's rows were
     all replaced (previous_rows deleted). "window" (a window replace): the net change of the
     window's rows between the parent and our snapshot (see _window_net), whatever the table's
-    write mode (merge-on-read writes delete files for rows it rewrites unchanged).
+    write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
+    already known to the writer (the local merge matched the batch's keys itself).
     """
     snapshot = _own_snapshot(spark, commit)
     if snapshot is None:
         snapshot = _record_empty_commit(spark, commit)
         kind = "summary"
-    if kind == "window" and window is not None:
+    if counts is None and kind == "window" and window is not None:
         counts = _window_net(spark, commit.spec.table, snapshot, window, keys)
-    else:
+    elif counts is None:
         counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned)
     summary = snapshot.summary
     return WriteResult(

@@ -30,6 +30,7 @@ from dagster_incremental.spark.commit import (
 )
 from dagster_incremental.spark.dialect import PendingCommit, counted_by_keys, dialect_for
 from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
+from dagster_incremental.spark.local.merge import merge_local
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
@@ -132,6 +133,10 @@ class TableWriter:
             local_count = batch.num_rows if deduplicated else None
             if window is None and not full_refresh and _appends_only(spec, exists, deduplicated, batch):
                 result = self._append_local(pending, batch)
+                if result is not None:
+                    return result
+            elif window is None and not full_refresh and exists and deduplicated:
+                result = merge_local(self.spark, pending, batch)
                 if result is not None:
                     return result
             batch = arrow_to_spark(self.spark, batch)

@@ -183,17 +183,25 @@ class LocalAppend:
         else:
             operation = iceberg.newAppend()
             add = operation.appendFile
-        metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg)
-        for path in paths:
-            data_file = iceberg.io().newInputFile(path)
-            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(data_file, metrics_config)
-            builder = jvm.org.apache.iceberg.DataFiles.builder(iceberg.spec())
-            add(builder.withInputFile(data_file).withFormat("parquet").withMetrics(metrics).build())
+        for data_file in self.data_files(paths):
+            add(data_file)
         for key, value in properties.items():
             operation.set(key, value)
         if branch:
             operation.toBranch(branch)
         operation.commit()
+
+    def data_files(self, paths: list[str]) -> list[Any]:
+        """The written files as Iceberg DataFile objects, metrics read from their footers."""
+        iceberg, jvm = self.table, self.jvm
+        metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg)
+        built = []
+        for path in paths:
+            data_file = iceberg.io().newInputFile(path)
+            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(data_file, metrics_config)
+            builder = jvm.org.apache.iceberg.DataFiles.builder(iceberg.spec())
+            built.append(builder.withInputFile(data_file).withFormat("parquet").withMetrics(metrics).build())
+        return built
 
 
 def _slices(table: pa.Table) -> Iterator[pa.Table]:

@@ -1,0 +1,201 @@
+"""A keyed merge of local rows into an existing Iceberg table as one RowDelta, without a Spark job."""
+
+# Why: a change run of a keyed merge (upsert, or delete-insert on the primary key alone) into a
+# merge-on-read table is, in Iceberg's terms, new data files plus position delete files for the
+# rows they replace. Spark's MERGE gets there by planning a join, reading and (at 10M rows)
+# shuffling the target's keys and writing through its row writer: seconds of JVM work that grow
+# with the table. Here the table's metadata names the files that can hold the batch's keys,
+# pyarrow reads only their key column and matches it in Arrow (target.py), writes the batch's
+# rows and the position deletes, and Iceberg's Java API commits both as ONE RowDelta carrying the
+# cursor, on the run's compare-and-set branch, validated against concurrent writers as Spark's
+# own MERGE commit is. The table ends as the MERGE leaves it: the same rows, one delete file per
+# touched data file (absorbing that file's earlier deletes, as Spark does), the same counts.
+#
+# Where it applies (`merge_local` says None otherwise and the writer runs Spark's MERGE, nothing
+# written): a deduplicated, unspilled local batch of at most MAX_LOCAL_MERGE_ROWS rows, a table
+# LocalAppend can write, key types target.exact_key_type accepts, only file-scoped position
+# deletes, and no key the table holds twice (a MERGE would update every copy).
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dagster_incremental.spark.dialect import PendingCommit, counted_by_keys
+from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
+from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_keys, plan_target
+from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
+
+# Batches above this many rows keep Spark's MERGE: measured in bench/README.md (issue 23).
+MAX_LOCAL_MERGE_ROWS = 1_000_000
+_FIELD_ID = b"PARQUET:field_id"
+# Iceberg's reserved field ids of a position delete file's columns.
+_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={_FIELD_ID: b"2147483546"}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={_FIELD_ID: b"2147483545"}),
+    ]
+)
+
+
+def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteResult | None:
+    """The keyed MERGE of `rows` (deduplicated) as one RowDelta commit carrying the cursor;
+    None when Spark's MERGE must do it (nothing written then, bar a schema change it finds done)."""
+    from dagster_incremental.spark.statistics import Counts, commit_result
+
+    spec = pending.spec
+    if not _applies(pending, rows):
+        return None
+    _fit_schema(spark, pending, rows)
+    target = LocalAppend.open(spark, spec.table)
+    if target is None:
+        return None
+    batch = target.aligned(rows.table(), pending.case_sensitive)
+    key_fields = _key_fields(target.schema, spec.primary_key, pending.case_sensitive)
+    if key_fields is None:
+        return None
+    dead = tombstones(rows.table(), spec.hard_delete_column)
+    keys = batch.select([f.name for f in key_fields])
+    plan = plan_target(target.jvm, target.table, key_fields, keys, pending.case_sensitive)
+    if plan is None:
+        return None
+    touched, matched = match_keys(plan, key_fields, keys, dead)
+    if _repeated(matched, [f.name for f in key_fields]):
+        return None
+    inserts = batch.filter(pc.invert(dead))
+    if not inserts.num_rows and not touched:
+        return None  # nothing changes: Spark's path records the cursor in an empty commit
+    matched_dead = int(pc.sum(matched["__di_dead"].cast(pa.int64())).as_py() or 0)
+    updated = matched.num_rows - matched_dead
+    counts = Counts(inserted=inserts.num_rows - updated, updated=updated, deleted=matched_dead)
+    paths: list[str] = []
+    with removed_on_failure(paths), pending.guarded(spark):
+        if inserts.num_rows:
+            target.write_files(LocalRows.of(inserts), pending.case_sensitive, paths)
+        data_files = target.data_files(paths)
+        deletes = _write_deletes(target, touched, paths)
+        _commit(target, plan, data_files, deletes, touched, pending)
+    return commit_result(spark, pending, kind="summary", counts=counts)
+
+
+def _applies(pending: PendingCommit, rows: LocalRows) -> bool:
+    spec = pending.spec
+    if spec.table_format != "iceberg" or spec.disposition != "merge" or not counted_by_keys(spec):
+        return False
+    if rows.spilled or not 0 < rows.num_rows <= MAX_LOCAL_MERGE_ROWS:
+        return False
+    columns = rows.column_names
+    if any(c.startswith(HELPER_PREFIX) for c in columns):
+        return False
+    return spec.hard_delete_column is None or spec.hard_delete_column in columns
+
+
+def _fit_schema(spark: Any, pending: PendingCommit, rows: LocalRows) -> None:
+    """New columns and type promotions of the batch applied to the table first (as the Spark
+    path does before its MERGE)."""
+    from dagster_incremental.spark.local.stage import spark_schema_of
+    from dagster_incremental.spark.schema_evolution import apply_schema_change, plan_schema_change
+
+    table = pending.table
+    table_schema = spark.table(table.sql).schema
+    plan = plan_schema_change(table, table_schema, spark_schema_of(rows), case_sensitive=pending.case_sensitive)
+    if not plan.is_empty:
+        apply_schema_change(spark, plan)
+
+
+def _key_fields(schema: pa.Schema, primary_key: Sequence[str], case_sensitive: bool) -> list[pa.Field] | None:
+    """The table's fields of the primary key, or None when one can't be matched exactly."""
+    def norm(name: str) -> str:
+        return name if case_sensitive else name.lower()
+
+    by_name = {norm(f.name): f for f in schema}
+    fields = [by_name.get(norm(k)) for k in primary_key]
+    if any(f is None or not exact_key_type(f.type) for f in fields):
+        return None
+    return fields  # type: ignore[return-value]
+
+
+def tombstones(batch: pa.Table, column: str | None) -> pa.Array:
+    """dlt's hard-delete rule (as merge.dedup.hard_delete_flag): a boolean flag deletes on True
+    only; any other type deletes when non-NULL. All False without the column."""
+    if column is None:
+        return pa.array(np.zeros(batch.num_rows, dtype=bool))
+    values = batch[column].combine_chunks()
+    if pa.types.is_boolean(values.type):
+        return values.fill_null(False)
+    return values.is_valid()
+
+
+def _repeated(matched: pa.Table, names: list[str]) -> bool:
+    """Whether a batch key matched two live rows (the table holds it twice)."""
+    if matched.num_rows < 2:
+        return False
+    return matched.select(names).group_by(names).aggregate([]).num_rows < matched.num_rows
+
+
+def _write_deletes(target: LocalAppend, touched: Sequence[FileMatch], paths: list[str]) -> list[Any]:
+    """One position delete file per touched data file holding its earlier deleted positions
+    too (the earlier files are then removed, as Spark's MERGE does); as Iceberg DeleteFiles."""
+    jvm, iceberg = target.jvm, target.table
+    metrics_config = jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg)
+    prefix = uuid.uuid4().hex
+    built = []
+    for number, match in enumerate(touched):
+        positions = np.union1d(match.previous, match.positions)
+        path = os.path.join(target.data_dir, f"{number:05d}-{prefix}-deletes.parquet")
+        paths.append(path)
+        columns = [pa.array([match.file.location] * len(positions), pa.string()), pa.array(positions, pa.int64())]
+        pq.write_table(
+            pa.Table.from_arrays(columns, schema=_DELETE_SCHEMA), path,
+            compression=target.compression, compression_level=target.compression_level,
+        )
+        written = iceberg.io().newInputFile(path)
+        metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(written, metrics_config)
+        builder = jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(iceberg.spec()).ofPositionDeletes()
+        built.append(
+            builder.withInputFile(written).withFormat("parquet").withMetrics(metrics)
+            .withReferencedDataFile(match.file.location).build()
+        )
+    return built
+
+
+def _commit(
+    target: LocalAppend,
+    plan: TargetPlan,
+    data_files: Sequence[Any],
+    deletes: Sequence[Any],
+    touched: Sequence[FileMatch],
+    pending: PendingCommit,
+) -> None:
+    """ONE RowDelta: the new rows and deletes, the absorbed delete files removed, validated as
+    Spark's MERGE commit is (serializable): no file matching the plan's filter added and no
+    delete written for a touched file since the planned snapshot, the touched files still live."""
+    jvm = target.jvm
+    delta = target.table.newRowDelta()
+    for data_file in data_files:
+        delta.addRows(data_file)
+    for delete_file in deletes:
+        delta.addDeletes(delete_file)
+    referenced = jvm.java.util.ArrayList()
+    for match in touched:
+        referenced.add(match.file.location)
+        for old in match.file.deletes:
+            delta.removeDeletes(old)
+    if plan.snapshot_id is not None:
+        delta.validateFromSnapshot(plan.snapshot_id)
+    delta.conflictDetectionFilter(plan.filter).caseSensitive(pending.case_sensitive)
+    delta.validateDataFilesExist(referenced).validateDeletedFiles()
+    delta.validateNoConflictingDataFiles().validateNoConflictingDeleteFiles()
+    for key, value in pending.properties.items():
+        delta.set(key, value)
+    if pending.branch:
+        delta.toBranch(pending.branch)
+    delta.commit()

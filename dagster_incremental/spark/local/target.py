@@ -1,0 +1,158 @@
+"""Which live rows of an Iceberg table hold a batch's primary keys, found without a Spark job."""
+
+# Why: a keyed merge of a small batch into a large table only needs the table's key column. The
+# table's own metadata (Iceberg scan planning over the manifests' column bounds) names the data
+# files whose key range overlaps the batch's, with the position delete files that apply to each;
+# pyarrow then reads only the key column of those files, drops the rows the deletes already
+# removed and joins the rest with the batch's keys in Arrow. The result is what a MERGE's join
+# finds: for each touched data file, the positions of the rows the batch replaces or deletes.
+#
+# Where it applies (`plan_target` says None otherwise and the writer uses Spark's MERGE): every
+# delete file a candidate file has is a file-scoped position delete file (no equality deletes,
+# no deletion vectors), and every key column has a type whose equality Arrow and Spark agree on.
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+_FIELD_ID = b"PARQUET:field_id"
+_POS = "__di_pos"
+_DEAD = "__di_dead"
+
+
+@dataclass(frozen=True)
+class TargetFile:
+    """A data file that may hold batch keys, and the position delete files that apply to it."""
+
+    location: str  # as the table's metadata spells it (what a position delete must name)
+    deletes: tuple[Any, ...]  # org.apache.iceberg.DeleteFile objects, all file-scoped positional
+    delete_locations: tuple[str, ...]  # their locations
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """The scan the merge is decided on: its snapshot, filter and candidate files."""
+
+    snapshot_id: int | None
+    filter: Any  # org.apache.iceberg.expressions.Expression: the conflict-detection filter
+    files: tuple[TargetFile, ...]
+
+
+@dataclass(frozen=True)
+class FileMatch:
+    """One touched data file: the rows the batch removes and the positions deleted before."""
+
+    file: TargetFile
+    positions: np.ndarray  # new deleted row positions, sorted
+    previous: np.ndarray  # positions its existing delete files removed, sorted
+
+
+def exact_key_type(arrow_type: pa.DataType) -> bool:
+    """Types whose equality is the same in Arrow and Spark SQL (floats are not: NaN, -0.0)."""
+    checks = (pa.types.is_integer, pa.types.is_string, pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_binary, pa.types.is_boolean)
+    return any(check(arrow_type) for check in checks)
+
+
+def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, case_sensitive: bool) -> TargetPlan | None:
+    """The data files of the current snapshot whose key bounds overlap `keys` (the batch's key
+    columns, named as the table's); None when a file carries deletes this module can't apply."""
+    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    both = getattr(expressions, "and")
+    row_filter = expressions.alwaysTrue()
+    for field in key_fields:
+        if pa.types.is_integer(field.type) or pa.types.is_string(field.type):
+            column = keys[field.name]
+            low, high = pc.min(column).as_py(), pc.max(column).as_py()
+            bounds = both(expressions.greaterThanOrEqual(field.name, low), expressions.lessThanOrEqual(field.name, high))
+            row_filter = both(row_filter, bounds)
+    iceberg.refresh()
+    current = iceberg.currentSnapshot()
+    if current is None:
+        return TargetPlan(None, row_filter, ())
+    scan = iceberg.newScan().useSnapshot(current.snapshotId()).filter(row_filter).caseSensitive(case_sensitive)
+    content_files = jvm.org.apache.iceberg.util.ContentFileUtil
+    files = []
+    for task in _java_iter(scan.planFiles()):
+        deletes = tuple(task.deletes())
+        if any(str(d.content()) != "POSITION_DELETES" or content_files.isDV(d) or not content_files.isFileScoped(d) for d in deletes):
+            return None
+        if str(task.file().format()) != "PARQUET":
+            return None
+        files.append(TargetFile(str(task.file().location()), deletes, tuple(str(d.location()) for d in deletes)))
+    return TargetPlan(current.snapshotId(), row_filter, tuple(files))
+
+
+def match_keys(plan: TargetPlan, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array) -> tuple[list[FileMatch], pa.Table]:
+    """(the touched files with the positions of the live rows holding a batch key; the matched
+    rows' keys with their batch row's tombstone flag in `__di_dead`), read in parallel threads."""
+    batch = keys.append_column(_DEAD, dead)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        found = list(pool.map(lambda f: _match_file(f, key_fields, batch), plan.files))
+    touched = [match for match, _ in found if match is not None]
+    matched = [rows for _, rows in found if rows is not None and rows.num_rows]
+    schema = batch.schema
+    return touched, pa.concat_tables(matched) if matched else schema.empty_table()
+
+
+def _match_file(file: TargetFile, key_fields: Sequence[pa.Field], batch: pa.Table) -> tuple[FileMatch | None, pa.Table | None]:
+    names = [f.name for f in key_fields]
+    stored = _key_columns(local_path(file.location), key_fields)
+    if stored is None:  # a key column added after this file was written: all NULL, no match
+        return None, None
+    previous = _deleted_positions(file)
+    stored = stored.append_column(_POS, pa.array(np.arange(stored.num_rows, dtype=np.int64)))
+    if previous.size:
+        live = np.ones(stored.num_rows, dtype=bool)
+        live[previous] = False
+        stored = stored.filter(pa.array(live))
+    joined = stored.join(batch, keys=names, join_type="inner", use_threads=False)
+    if not joined.num_rows:
+        return None, None
+    positions = np.sort(joined[_POS].to_numpy())
+    return FileMatch(file, positions, previous), joined.select([*names, _DEAD])
+
+
+def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
+    """The key columns of one data file, found by Iceberg field id (names may have changed
+    since it was written), as the table's names and types."""
+    parquet = pq.ParquetFile(path)
+    by_id = {f.metadata.get(_FIELD_ID): f.name for f in parquet.schema_arrow if f.metadata}
+    stored = [by_id.get(f.metadata[_FIELD_ID]) for f in key_fields]
+    if None in stored:
+        return None
+    table = parquet.read(columns=stored, use_threads=False)
+    columns = [table.column(i).cast(f.type) for i, f in enumerate(key_fields)]
+    return pa.Table.from_arrays(columns, names=[f.name for f in key_fields])
+
+
+def _deleted_positions(file: TargetFile) -> np.ndarray:
+    """Positions of `file` its (file-scoped) position delete files remove, sorted, unique."""
+    if not file.deletes:
+        return np.empty(0, dtype=np.int64)
+    parts = [pq.read_table(local_path(d), columns=["pos"]).column("pos").to_numpy() for d in file.delete_locations]
+    return np.unique(np.concatenate(parts))
+
+
+def local_path(location: str) -> str:
+    """A `file:` location as a path pyarrow opens."""
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    return location.removeprefix("file:")
+
+
+def _java_iter(iterable: Any) -> Iterator[Any]:
+    iterator = iterable.iterator()
+    try:
+        while iterator.hasNext():
+            yield iterator.next()
+    finally:
+        iterable.close()
