@@ -64,12 +64,30 @@ def write_both(spark, local: TableRef, remote: TableRef, batch: pa.Table, state:
     return mine, theirs
 
 
-def same_outcome(spark, local: TableRef, remote: TableRef, mine, theirs, state: dict) -> None:
+def same_outcome(spark, local: TableRef, remote: TableRef, mine, theirs, state: dict, same_files: bool = True) -> None:
+    """Same rows, counts, schema and cursor snapshot. Delete files: one per data file with deleted
+    rows in both; their number is Spark's when both tables had the same data files (Spark's MERGE
+    splits its new rows over its tasks' files, the local merge writes one file)."""
     assert contents(spark, local) == contents(spark, remote)
-    strip = lambda r: (r.rows_inserted, r.rows_updated, r.rows_deleted, r.row_count, r.schema, r.delete_files, r.position_deletes)  # noqa: E731
+    strip = lambda r: (r.rows_inserted, r.rows_updated, r.rows_deleted, r.row_count, r.schema, r.position_deletes)  # noqa: E731
     assert strip(mine) == strip(theirs)
+    assert deletes_per_data_file(spark, local) == [1] * mine.delete_files
+    if same_files:
+        assert mine.delete_files == theirs.delete_files
     committed = TableWriter(spark).read_committed_state(local)
     assert committed.state == state and committed.snapshot_id == mine.snapshot_id
+
+
+def deletes_per_data_file(spark, table: TableRef) -> list[int]:
+    """How many delete files apply to each data file that has any (Iceberg's scan planning)."""
+    iceberg = iceberg_table(spark, table)
+    iceberg.refresh()
+    tasks = iceberg.newScan().planFiles()
+    iterator, counts = tasks.iterator(), []
+    while iterator.hasNext():
+        counts.append(iterator.next().deletes().size())
+    tasks.close()
+    return [n for n in counts if n]
 
 
 def test_an_upsert_into_an_existing_table_is_one_row_delta_without_spark(spark):
@@ -81,3 +99,92 @@ def test_an_upsert_into_an_existing_table_is_one_row_delta_without_spark(spark):
     assert (mine.rows_inserted, mine.rows_updated, mine.row_count) == (2, 2, 102)
     assert SPARK_COMMIT not in summary(spark, local, mine.snapshot_id)
     assert SPARK_COMMIT in summary(spark, remote, theirs.snapshot_id)
+
+
+@pytest.mark.parametrize("strategy", ["upsert", "delete-insert"])
+def test_tombstones_delete_matched_rows_and_insert_nothing(spark, strategy):
+    local, remote = new_table("local"), new_table("remote")
+    write_both(spark, local, remote, rows(list(range(1, 21)), dead=[False] * 20), {"v": 1}, strategy=strategy, hard_delete_column="deleted")
+    batch = rows([3, 4, 30, 31], version=1, dead=[True, False, True, False])
+    mine, theirs = write_both(spark, local, remote, batch, {"v": 2}, strategy=strategy, hard_delete_column="deleted")
+
+    same_outcome(spark, local, remote, mine, theirs, {"v": 2})
+    assert (mine.rows_inserted, mine.rows_updated, mine.rows_deleted, mine.row_count) == (1, 1, 1, 20)
+    assert 3 not in {r[0] for r in contents(spark, local)} and 30 not in {r[0] for r in contents(spark, local)}
+    assert SPARK_COMMIT not in summary(spark, local, mine.snapshot_id)
+
+
+def test_repeated_merges_fold_earlier_deletes_into_one_delete_file_per_data_file(spark):
+    local, remote = new_table("local"), new_table("remote")
+    write_both(spark, local, remote, rows(list(range(1, 51))), {"v": 0})
+    for version, ids in enumerate([[1, 2, 60], [2, 3, 61], [1, 60, 61, 62], [10, 20, 30]], start=1):
+        mine, theirs = write_both(spark, local, remote, rows(ids, version=version), {"v": version})
+        same_outcome(spark, local, remote, mine, theirs, {"v": version}, same_files=False)
+        assert SPARK_COMMIT not in summary(spark, local, mine.snapshot_id)
+    assert mine.position_deletes == theirs.position_deletes > 0
+    assert pyiceberg_rows(spark, local) == pyiceberg_rows(spark, remote)
+
+
+def test_a_partitioned_table_keeps_sparks_merge(spark):
+    local, remote = new_table("local"), new_table("remote")
+    kwargs = dict(partition_by=("bucket(4, id)",))
+    write_both(spark, local, remote, rows(list(range(1, 21))), {"v": 1}, **kwargs)
+    mine, theirs = write_both(spark, local, remote, rows([2, 40], version=1), {"v": 2}, **kwargs)
+
+    same_outcome(spark, local, remote, mine, theirs, {"v": 2})
+    assert SPARK_COMMIT in summary(spark, local, mine.snapshot_id)
+
+
+def test_a_key_the_table_holds_twice_keeps_sparks_merge(spark):
+    """An upsert MERGE updates every copy of a key: the local merge would keep one, so it hands over."""
+    local, remote = new_table("local"), new_table("remote")
+    write_both(spark, local, remote, rows([1, 2, 3]), {"v": 1})
+    for table in (local, remote):  # someone appends a second row for key 2
+        TableWriter(spark).write(WriteSpec(table=table, disposition="append"), rows([2], version=9), commit=CommitInfo(state=None))
+    mine, theirs = write_both(spark, local, remote, rows([2, 4], version=1), {"v": 2})
+
+    same_outcome(spark, local, remote, mine, theirs, {"v": 2})
+    assert [r[2] for r in contents(spark, local) if r[0] == 2] == [1, 1]  # both copies updated
+    assert SPARK_COMMIT in summary(spark, local, mine.snapshot_id)
+
+
+def test_equality_deletes_keep_sparks_merge(spark, tmp_path):
+    local = new_table("local")
+    writer = TableWriter(spark)
+    writer.write(spec(local), rows(list(range(1, 11))), commit=CommitInfo(state={"v": 1}), deduplicated=True)
+    add_equality_delete(spark, local, ids=[7], folder=tmp_path)
+    result = writer.write(spec(local), rows([7, 8, 20], version=1), commit=CommitInfo(state={"v": 2}), deduplicated=True)
+
+    assert SPARK_COMMIT in summary(spark, local, result.snapshot_id)
+    table = {r[0]: r[2] for r in contents(spark, local)}
+    assert sorted(table) == [*range(1, 11), 20] and (table[7], table[8], table[9]) == (1, 1, 0)
+
+
+def add_equality_delete(spark, table: TableRef, ids, folder) -> None:
+    """Another engine's equality delete of rows `ids` (by `id`), committed through the Java API."""
+    import pyarrow.parquet as pq
+
+    jvm, iceberg = spark._jvm, iceberg_table(spark, table)
+    field_id = iceberg.schema().findField("id").fieldId()
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(field_id)})])
+    path = str(folder / "eq-deletes.parquet")
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}, schema=schema), path)
+    written = iceberg.io().newInputFile(path)
+    metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(written, jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg))
+    equality_ids = spark.sparkContext._gateway.new_array(jvm.int, 1)
+    equality_ids[0] = field_id
+    delete = (
+        jvm.org.apache.iceberg.FileMetadata.deleteFileBuilder(iceberg.spec()).ofEqualityDeletes(equality_ids)
+        .withInputFile(written).withFormat("parquet").withMetrics(metrics).build()
+    )
+    iceberg.newRowDelta().addDeletes(delete).commit()
+    spark.catalog.refreshTable(table.sql)
+
+
+def pyiceberg_rows(spark, table: TableRef) -> list[tuple]:
+    """The table as pyiceberg reads it from its current metadata file (delete files applied)."""
+    from pyiceberg.table import StaticTable
+
+    location = str(iceberg_table(spark, table).operations().current().metadataFileLocation())
+    arrow = StaticTable.from_metadata(location).scan().to_arrow()
+    return sorted(tuple(r.values()) for r in arrow.to_pylist())
