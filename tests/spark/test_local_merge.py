@@ -188,3 +188,59 @@ def pyiceberg_rows(spark, table: TableRef) -> list[tuple]:
     location = str(iceberg_table(spark, table).operations().current().metadataFileLocation())
     arrow = StaticTable.from_metadata(location).scan().to_arrow()
     return sorted(tuple(r.values()) for r in arrow.to_pylist())
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_concurrent_writer_makes_the_local_merge_fail_and_leave_the_table_to_it(spark, monkeypatch, guarded):
+    """Another writer commits between the local merge's read of the table and its commit: the
+    RowDelta's validation refuses it (as Spark's MERGE commit would), nothing of it is visible."""
+    table, writer = new_table("raced"), TableWriter(spark)
+    first = writer.write(spec(table), rows(list(range(1, 21))), commit=CommitInfo(state={"v": 1}), deduplicated=True)
+    other_writer = spec(table)
+    matched = local_merge.match_keys
+
+    def match_then_race(*args, **kwargs):
+        found = matched(*args, **kwargs)
+        frame = arrow_to_spark(spark, rows([5], version=7))
+        writer.write(other_writer, frame, commit=CommitInfo(state=None), deduplicated=True)
+        return found
+
+    monkeypatch.setattr(local_merge, "match_keys", match_then_race)
+    guard = CursorGuard(expected_snapshot_id=first.snapshot_id, scope=None) if guarded else None
+    with pytest.raises(ConcurrentRunError, match="another writer committed"):
+        writer.write(spec(table), rows([5, 6, 40], version=1), commit=CommitInfo(state={"v": 2}), deduplicated=True, guard=guard)
+
+    assert {r[0]: r[2] for r in contents(spark, table)} == {**{i: 0 for i in range(1, 21)}, 5: 7}
+    assert writer.read_committed_state(table).state == {"v": 1}
+    assert not [b for b in iceberg_table(spark, table).refs().keySet() if str(b) != "main"]  # no branch left
+
+
+KEYS = st.integers(min_value=0, max_value=24)
+BATCH = st.dictionaries(KEYS, st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=12)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    strategy=st.sampled_from(["upsert", "delete-insert"]),
+    hard_delete=st.booleans(),
+    first=st.lists(KEYS, min_size=1, max_size=20, unique=True),
+    changes=st.lists(BATCH, min_size=1, max_size=3),
+)
+def test_the_local_merge_makes_the_table_sparks_merge_makes(spark, strategy, hard_delete, first, changes):
+    """Any sequence of keyed batches (updates, inserts, tombstones) into a table loaded from the
+    same files: the same rows (read by Spark and by pyiceberg), counts, position deletes and
+    cursor snapshot as Spark's MERGE, every commit made without Spark."""
+    local, remote = new_table("local"), new_table("remote")
+    kwargs = dict(strategy=strategy, hard_delete_column="deleted" if hard_delete else None)
+    writer = TableWriter(spark)
+    for table in (local, remote):  # the same one data file in both
+        writer.write(spec(table, **kwargs), rows(first, dead=[False] * len(first)), commit=CommitInfo(state={"v": 0}), deduplicated=True)
+    for number, change in enumerate(changes, start=1):
+        ids = sorted(change)
+        batch = rows(ids, version=number, dead=[change[i][1] and hard_delete for i in ids])
+        batch = batch.set_column(2, "version", pa.array([change[i][0] + 10 * number for i in ids], pa.int32()))
+        mine, theirs = write_both(spark, local, remote, batch, {"v": number}, **kwargs)
+        same_outcome(spark, local, remote, mine, theirs, {"v": number}, same_files=number == 1)
+        if mine.snapshot_id is not None and (mine.rows_inserted or mine.rows_updated or mine.rows_deleted):
+            assert SPARK_COMMIT not in summary(spark, local, mine.snapshot_id)
+    assert pyiceberg_rows(spark, local) == pyiceberg_rows(spark, remote)
