@@ -37,9 +37,19 @@ def json_safe(value: Any) -> Any:
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
+    if isinstance(value, datetime):
+        from dagster_incremental.cursor.values import format_instant
+
+        return format_instant(value)  # with a Z, as the cursor state and the window write instants
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def shown(value: Any) -> str:
+    """A cursor value as a log line shows it: ISO-8601 (instants in UTC with a Z), else repr."""
+    safe = json_safe(value)
+    return safe if isinstance(safe, str) and safe is not value else repr(value)
 
 
 def json_value(value: Any):

@@ -369,8 +369,8 @@ class Runner:
                 origin = self.settings.cursor_origins.get(name, f"parameter {name!r}")
                 raise CursorStateMismatch(f"{exc} The new cursor type comes from {origin}.") from None
             context.log.info(
-                f"{name}: {plan.mode} run of {spec.cursor_path} from {run.start_value!r}"
-                + (f" to {run.end_value!r}" if run.end_value is not None else "")
+                f"{name}: {plan.mode} run of {spec.cursor_path} from {md.shown(run.start_value)}"
+                + (f" to {md.shown(run.end_value)}" if run.end_value is not None else "")
             )
             runs[name] = run
         return runs

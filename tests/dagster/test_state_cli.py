@@ -81,6 +81,8 @@ def test_show_prints_both_copies_with_iso_times_and_reset_rewinds_the_next_run(l
 
     result = materialize(module)
     assert module.STARTS[-1] == datetime(2024, 1, 2, tzinfo=timezone.utc)
+    logs = [e.user_message for e in dg.DagsterInstance.get().all_logs(result.run_id)]
+    assert "updated_at: incremental run of updated_at from 2024-01-02T00:00:00Z" in logs
     mat = result.get_asset_materialization_events()[-1].materialization.metadata
     assert mat["dagster_incremental/rows_updated"].value == 2  # days 2 and 3 read again
     code, out, _ = cli(capsys, "show", "orders_s", "-m", name)
