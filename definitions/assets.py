@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -45,6 +45,13 @@ def ensure_event_files() -> Path:
     return root
 
 
+def first_event_day() -> date:
+    """The day the event files start (today's 14-day history when none are written yet), so the
+    daily partitions begin with the data instead of years of empty days before it."""
+    days = sorted(p.name[3:] for p in events_root().glob("dt=*")) if events_root().is_dir() else []
+    return date.fromisoformat(days[0]) if days else utc_now().date() - timedelta(days=EVENT_DAYS - 1)
+
+
 @contextlib.contextmanager
 def events_api_url(token: str | None = None) -> Iterator[str]:
     """$EVENTS_API_URL (e.g. `python -m definitions.simulate serve-api`), else a server for this run.
@@ -69,6 +76,16 @@ def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
     """Orders of the shop database: each run reads only the orders changed since the cursor.
 
     Soft-deleted orders arrive with is_deleted = true and are removed from the table.
+
+    Columns:
+        id: Order number, unique in the shop
+        customer_id: The customer who placed the order
+        status: pending, paid, shipped, cancelled or refunded
+        amount: Order total, in the order's currency
+        currency: ISO 4217 code of amount
+        is_deleted: True when the shop deleted the order (the row is then removed here)
+        created_at: When the order was placed (UTC)
+        updated_at: Last change of the order (UTC); the cursor
     """
     yield from shop_db.fetch_orders(ensure_shop(), since=updated_at.start_value, until=updated_at.end_value)
 
@@ -90,15 +107,19 @@ def api_events(context: dg.AssetExecutionContext, created_at: Incremental, api_t
         yield from events_api.iter_event_pages(base_url, page_size=100, token=api_token)
 
 
-@incremental_asset(group_name="events", config_path=CONFIG)
+@incremental_asset(
+    group_name="events", config_path=CONFIG,
+    partitions_def=dg.DailyPartitionsDefinition(start_date=first_event_day().isoformat(), end_offset=1),
+)
 def daily_events(context: dg.AssetExecutionContext, event_time: Incremental):
     """Daily event files read by Spark; each partition is one day, backfills reload whole days.
 
     A backfill of several days runs as one slice (one commit) per day (`step` in config.toml),
-    so a failure keeps the days before it.
+    so a failure keeps the days before it. Column descriptions are in config.toml.
     """
     spark = context.resources.io_manager.spark
-    return event_files.read_events_spark(spark, ensure_event_files(), event_time.start_value, event_time.end_value)
+    events = event_files.read_events_spark(spark, ensure_event_files(), event_time.start_value, event_time.end_value)
+    return events.withColumn("event_date", F.to_date("event_time"))  # the merge_key: one group per day
 
 
 @dg.asset(group_name="shop", kinds={"spark", "iceberg"})
