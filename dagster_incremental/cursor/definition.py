@@ -62,6 +62,13 @@ def normalise_pk(value: Any, arg: str = "primary_key") -> tuple[str, ...] | None
     )
 
 
+def _valid_lag(lag: Any) -> bool:
+    """A number >= 0, or an ISO-8601 duration (calendar months and years included)."""
+    if isinstance(lag, str):
+        return cv.parse_duration(lag) is not None
+    return not isinstance(lag, bool) and isinstance(lag, (int, float)) and math.isfinite(lag) and lag >= 0
+
+
 class Incremental(abc.ABC):
     """A cursor as an asset function sees it: the values of its range, a filter, the state.
 
@@ -130,7 +137,7 @@ class CursorDefinition:
     on_cursor_value_missing: OnCursorValueMissing = "raise"
     range_start: RangeBound = "closed"
     range_end: RangeBound = "open"
-    lag: float | None = None
+    lag: float | str | None = None
     cursor_type: CursorType | None = None
     step: str | float | None = None
     # derived at validation
@@ -156,11 +163,11 @@ class CursorDefinition:
         if self.cursor_type is not None:
             _known("cursor_type", self.cursor_type, [None, *CURSOR_TYPES])
         if self.lag is not None:
-            if (isinstance(self.lag, bool) or not isinstance(self.lag, (int, float))
-                    or not math.isfinite(self.lag) or self.lag < 0):
+            if not _valid_lag(self.lag):
                 raise IncrementalConfigError(
                     f"lag={self.lag!r} is not valid: give a number >= 0 (seconds for timestamps, "
-                    "days for dates, native units for numbers) or None."
+                    "days for dates, native units for numbers), an ISO-8601 duration such as 'P1D' "
+                    "or 'P1M' (dates and timestamps), or None."
                 )
             if self.is_callable:
                 raise IncrementalConfigError(
@@ -202,7 +209,7 @@ class CursorDefinition:
                 f"(got {func_name(self.last_value_func)})."
             )
         if self._type is not None:
-            self._step.delta(self._type, self.cursor_path)
+            self._step.check(self._type, self.cursor_path)
         if self._type == "number" and self.end_value is None:
             raise IncrementalConfigError(number_needs_end(self.step, self.cursor_path))
 
@@ -276,12 +283,26 @@ class CursorDefinition:
                 f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."
             ) from e
 
-    def _check_lag_and_order(self, ctype: str | None, ik: Any, ek: Any) -> None:
-        if self.lag is not None and ctype == "string":
-            raise IncrementalConfigError(
-                f"lag={self.lag!r} cannot be used with a string cursor ({self.cursor_path!r}); lag "
-                "works for timestamps (seconds), dates (days) and numbers."
+    def lag_error(self, ctype: str | None, source: str = "") -> IncrementalConfigError | None:
+        """Why lag cannot move a cursor of type `ctype` (`source` says where the type came
+        from), or None: a string cursor takes no lag, an ISO-8601 lag needs a date or timestamp."""
+        if self.lag is None or ctype is None:
+            return None
+        if ctype == "string":
+            return IncrementalConfigError(
+                f"lag={self.lag!r} cannot be used with a string cursor ({self.cursor_path!r}){source}; "
+                "lag works for timestamps (seconds), dates (days) and numbers."
             )
+        duration = cv.parse_duration(self.lag) if isinstance(self.lag, str) else None
+        problem = cv.duration_problem(duration, ctype) if duration is not None else None
+        if problem is not None:
+            return IncrementalConfigError(f"lag={self.lag!r} on cursor {self.cursor_path!r}{source}: {problem}.")
+        return None
+
+    def _check_lag_and_order(self, ctype: str | None, ik: Any, ek: Any) -> None:
+        error = self.lag_error(ctype)
+        if error is not None:
+            raise error
         if ek is not None:
             if (self.direction == "max" and ek < ik) or (self.direction == "min" and ek > ik):
                 word = "lower" if self.direction == "max" else "higher"

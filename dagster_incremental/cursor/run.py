@@ -142,11 +142,9 @@ class IncrementalRun(Incremental):
             if spec._type == "date" and stype == "timestamp":
                 return "timestamp"
             return spec._type
-        if stype == "string" and spec.lag is not None:
-            raise IncrementalConfigError(
-                f"lag={spec.lag!r} cannot be used with the string cursor {spec.cursor_path!r} (the "
-                "stored state says the cursor is a string)."
-            )
+        error = spec.lag_error(stype, f" (the stored state says the cursor is a {stype})")
+        if error is not None:
+            raise error
         return stype
 
     def _key(self, value: Any, what: str) -> Any:
@@ -378,11 +376,10 @@ class IncrementalRun(Incremental):
         if detected is None:
             return
         if self.cursor_type is None:
-            if self.spec.lag is not None and detected == "string" and not self.spec.is_callable:
-                raise IncrementalConfigError(
-                    f"lag={self.spec.lag!r} cannot be used with the string cursor "
-                    f"{self.spec.cursor_path!r} (first value {sample!r} in {where})."
-                )
+            error = None if self.spec.is_callable else self.spec.lag_error(
+                detected, f" (first value {sample!r} in {where})")
+            if error is not None:
+                raise error
             self.cursor_type = detected
         elif self.cursor_type == "date" and detected == "timestamp" and not self._type_explicit:
             self.cursor_type = "timestamp"

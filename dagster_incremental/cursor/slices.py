@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dagster_incremental.cursor.run import IncrementalRun
-from dagster_incremental.cursor.step import number_needs_end, plan_slices
+from dagster_incremental.cursor.step import number_needs_end
 from dagster_incremental.cursor.vocabulary import TEMPORAL_TYPES
 from dagster_incremental.errors import IncrementalConfigError
 
@@ -30,12 +30,11 @@ def plan_run(run: IncrementalRun, now_key: int) -> list[tuple[Any, Any]] | None:
     step = run.spec.parsed_step
     if step is None or run.start_key is None or run.cursor_type is None:
         return None
-    delta = step.delta(run.cursor_type, run.cursor_path)
     temporal = run.cursor_type in TEMPORAL_TYPES
     end = run.end_key
     if temporal and (end is None or (not run.is_backfill and end > now_key)):
         end = now_key
     if end is None:
         raise IncrementalConfigError(number_needs_end(step.given, run.cursor_path))
-    slices = plan_slices(run.start_key, end, delta)
+    slices = step.cut(run.start_key, end, run.cursor_type, run.cursor_path)
     return slices if len(slices) > 1 else None

@@ -92,7 +92,7 @@ def incremental(
     on_cursor_value_missing: OnCursorValueMissing = "raise",
     range_start: RangeBound = "closed",
     range_end: RangeBound = "open",
-    lag: float | None = None,
+    lag: float | str | None = None,
     *,
     cursor_type: CursorType | None = None,
     step: str | float | None = None,

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
+from collections.abc import Callable
 from typing import Any
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.vocabulary import TEMPORAL_TYPES
 from dagster_incremental.errors import IncrementalConfigError
 
 MAX_SLICES = 10_000  # a plan of more slices is a step chosen far too small
@@ -18,29 +17,41 @@ MAX_SLICES = 10_000  # a plan of more slices is a step chosen far too small
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A parsed `step`: an ISO-8601 duration (`seconds` set) or a number in lag's units."""
+    """A parsed `step`: an ISO-8601 duration (calendar months and years included) or a number
+    in lag's units."""
 
     given: Any
-    seconds: float | None = None  # an ISO duration, in seconds
+    duration: cv.Duration | None = None  # an ISO duration
     number: float | None = None  # a plain number: seconds / days / native units, as for lag
 
-    def delta(self, cursor_type: str, cursor_path: str) -> int | float:
-        """The step in key units of `cursor_type` (what consecutive slice bounds differ by)."""
+    def check(self, cursor_type: str, cursor_path: str) -> None:
+        """Raise when this step cannot cut a cursor of `cursor_type`."""
         where = f"step={self.given!r} on cursor {cursor_path!r}"
         if cursor_type == "string":
             raise IncrementalConfigError(
                 f"{where}: a string cursor cannot be cut into slices; step works for timestamps, dates and numbers."
             )
+        problem = cv.duration_problem(self.duration, cursor_type) if self.duration is not None else None
+        if problem is not None:
+            raise IncrementalConfigError(f"{where}: {problem}.")
+
+    def delta(self, cursor_type: str, cursor_path: str) -> int | float:
+        """A fixed-length step in key units of `cursor_type` (what consecutive bounds differ by)."""
+        self.check(cursor_type, cursor_path)
         if self.number is not None:
             return cv.lag_delta(self.number, cursor_type)
-        if cursor_type not in TEMPORAL_TYPES:
-            raise IncrementalConfigError(
-                f"{where}: an ISO-8601 duration needs a date or timestamp cursor; for a {cursor_type} "
-                "cursor give step as a number in the cursor's own units."
-            )
-        if cursor_type == "date" and self.seconds % 86_400:
-            raise IncrementalConfigError(f"{where}: a date cursor moves in whole days; give a step of whole days (P1D).")
-        return int(round(self.seconds * 1_000_000))  # type: ignore[operator]
+        if self.duration is None or self.duration.is_calendar:
+            raise ValueError(f"step={self.given!r} has no fixed length")  # callers cut it with cut()
+        return int(round(self.duration.seconds * 1_000_000))
+
+    def cut(self, start: Any, end: Any, cursor_type: str, cursor_path: str) -> list[tuple[Any, Any]]:
+        """[start, end) (keys of `cursor_type`) as consecutive half-open slices of one step each
+        (the last may be shorter); a calendar step moves on the calendar from `start`."""
+        duration = self.duration
+        if duration is not None and duration.is_calendar:
+            self.check(cursor_type, cursor_path)
+            return plan_slices(start, end, lambda i: duration.shift(start, i))
+        return plan_slices(start, end, self.delta(cursor_type, cursor_path))
 
 
 def parse_step(step: Any) -> Step | None:
@@ -51,33 +62,32 @@ def parse_step(step: Any) -> Step | None:
         if math.isfinite(step) and step > 0:
             return Step(step, number=float(step))
     elif isinstance(step, str):
-        duration = cv.parse_iso_duration(step)
-        if duration is not None:
-            if duration.total_seconds() > 0:
-                return Step(step, seconds=duration.total_seconds())
-        elif re.match(r"^P.*(\d+Y|\d+M.*T|\d+M$)", step.strip().upper()):
-            raise IncrementalConfigError(
-                f"step={step!r} is not valid: years and months have no fixed length; give weeks, days, "
-                "hours, minutes or seconds (e.g. P30D)."
-            )
+        duration = cv.parse_duration(step)
+        if duration is not None and (duration.months > 0 or duration.seconds > 0):
+            return Step(step, duration=duration)
     raise IncrementalConfigError(
-        f"step={step!r} is not valid: give an ISO-8601 duration such as 'P1D' or 'PT6H', or a number "
-        "> 0 in lag's units (seconds for timestamps, days for dates, native units for numbers)."
+        f"step={step!r} is not valid: give an ISO-8601 duration such as 'P1D', 'PT6H' or 'P1M', or a "
+        "number > 0 in lag's units (seconds for timestamps, days for dates, native units for numbers)."
     )
 
 
-def plan_slices(start: Any, end: Any, delta: int | float) -> list[tuple[Any, Any]]:
-    """[start, end) as consecutive half-open slices of at most `delta`, covering it exactly."""
+def plan_slices(start: Any, end: Any, step: int | float | Callable[[int], Any]) -> list[tuple[Any, Any]]:
+    """[start, end) as consecutive half-open slices covering it exactly: the i-th inner bound
+    is `start + i * step`, or `step(i)` (rising) for a calendar step; the last ends at `end`."""
     if not end > start:
         return []
-    span = end - start
-    count = -(-span // delta) if isinstance(span, int) and isinstance(delta, int) else math.ceil(span / delta)
-    if count > MAX_SLICES:
-        raise IncrementalConfigError(
-            f"step cuts the range into {count:,} slices (at most {MAX_SLICES:,}): give a larger step."
-        )
-    inner = [start + i * delta for i in range(1, int(count))]
-    bounds = [start, *(b for b in inner if start < b < end), end]
+    bound = step if callable(step) else (lambda i: start + i * step)
+    bounds = [start]
+    while True:
+        nxt = bound(len(bounds))
+        if not nxt < end:
+            break
+        bounds.append(nxt)
+        if len(bounds) > MAX_SLICES:
+            raise IncrementalConfigError(
+                f"step cuts the range into more than {MAX_SLICES:,} slices: give a larger step."
+            )
+    bounds.append(end)
     return list(zip(bounds, bounds[1:]))
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 # The four temporal types share one key space, so a date bound and timestamp rows compare as instants.
 # Naive datetimes and ISO strings without an offset mean UTC.
 
+import calendar
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -90,23 +92,64 @@ def parse_iso(text: str) -> dt.datetime | None:
     return value.astimezone(dt.timezone.utc)
 
 
-_DURATION = re.compile(
-    r"^P(?:(?P<weeks>\d+)W|(?:(?P<days>\d+)D)?(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?"
-    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?)$"
-)
-
-
 def parse_iso_duration(text: str) -> dt.timedelta | None:
     """An ISO-8601 duration of fixed length (`PT2H`, `P30D`, `P1DT12H`, `P2W`), or None.
 
-    Years and months are refused: their length depends on the date they start from.
+    Years and months are refused here: their length depends on the date they start from (steps
+    and lags take them as a `Duration`).
     """
+    duration = parse_duration(text)
+    if duration is None or duration.is_calendar:
+        return None
+    return dt.timedelta(seconds=duration.seconds)
+
+
+_CALENDAR_DURATION = re.compile(
+    r"^P(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Duration:
+    """An ISO-8601 duration as calendar months (a year is 12) plus a fixed part in seconds.
+
+    Months are added on the calendar, the day clamped to the month's end (2024-01-31 + P1M is
+    2024-02-29), so "P1M" steps from one month's start to the next whatever its length.
+    """
+
+    months: int
+    seconds: float
+
+    @property
+    def is_calendar(self) -> bool:
+        return self.months != 0
+
+    def shift(self, key: int, times: int) -> int:
+        """A temporal key (UTC micros) moved by `times` durations (negative: back)."""
+        moved = micros_to_datetime(key)
+        if self.months:
+            moved = add_months(moved, self.months * times)
+        return datetime_to_micros(moved) + int(round(self.seconds * 1_000_000)) * times
+
+
+def parse_duration(text: str) -> Duration | None:
+    """Any ISO-8601 duration of years, months, weeks, days, hours, minutes and seconds, or None."""
     text = text.strip().upper()
-    match = _DURATION.match(text)
+    match = _CALENDAR_DURATION.match(text)
     if match is None or text in ("P", "PT") or text.endswith("T"):
         return None
     parts = {name: float(value) for name, value in match.groupdict().items() if value is not None}
-    return dt.timedelta(**parts)
+    months = int(parts.pop("years", 0) * 12 + parts.pop("months", 0))
+    return Duration(months, dt.timedelta(**parts).total_seconds())
+
+
+def add_months(value: dt.datetime, months: int) -> dt.datetime:
+    """`value` moved by whole calendar months, the day clamped to the target month's last day."""
+    index = value.year * 12 + value.month - 1 + months
+    year, month = divmod(index, 12)
+    day = min(value.day, calendar.monthrange(year, month + 1)[1])
+    return value.replace(year=year, month=month + 1, day=day)
 
 
 def is_date_string(text: str) -> bool:
@@ -289,13 +332,32 @@ def lag_delta(lag: float, cursor_type: str) -> int | float:
     raise ValueError(f"lag is not supported for a {cursor_type} cursor")
 
 
-def apply_lag(last: Key, lag: float, cursor_type: str, direction: str, floor: Key | None) -> Key:
+def duration_problem(duration: Duration, cursor_type: str | None) -> str | None:
+    """Why an ISO-8601 duration (a step or a lag) cannot move a cursor of this type, or None."""
+    if cursor_type is None or (cursor_type in TEMPORAL_TYPES and cursor_type != "date"):
+        return None
+    if cursor_type == "date":
+        if duration.seconds % 86_400:
+            return "a date cursor moves in whole days; give whole days (P1D), months (P1M) or years (P1Y)"
+        return None
+    return (f"an ISO-8601 duration needs a date or timestamp cursor; for a {cursor_type} cursor give a "
+            "number in the cursor's own units")
+
+
+def apply_lag(last: Key, lag: float | str, cursor_type: str, direction: str, floor: Key | None) -> Key:
     """`last` moved back by `lag` against the direction of last_value_func, never past `floor`.
 
-    Ints stay ints by truncation (as in dlt: lag 1.5 from 10 gives 8).
+    `lag` is a number in lag's units or an ISO-8601 duration (calendar months included, for a
+    temporal cursor). Ints stay ints by truncation (as in dlt: lag 1.5 from 10 gives 8).
     """
-    delta = lag_delta(lag, cursor_type)
-    lagged: Key = last - delta if direction == "max" else last + delta  # type: ignore[operator]
+    if isinstance(lag, str):
+        duration = parse_duration(lag)
+        if duration is None:
+            raise ValueError(f"lag={lag!r} is not an ISO-8601 duration")
+        lagged: Key = duration.shift(int(last), -1 if direction == "max" else 1)
+    else:
+        delta = lag_delta(lag, cursor_type)
+        lagged = last - delta if direction == "max" else last + delta  # type: ignore[operator]
     if isinstance(last, int) and not isinstance(lagged, int):
         lagged = int(lagged)
     if floor is not None:

@@ -106,15 +106,20 @@ def instant(value: Any) -> date | datetime:
 
 
 def duration_or_number(value: Any) -> str | int | float:
-    """`step`: an ISO-8601 duration ("P30D") or a number > 0 in lag's units, kept as given."""
-    if isinstance(value, str):
-        if cv.parse_iso_duration(value) in (None, timedelta(0)):
-            raise invalid("is not an ISO-8601 duration")
-        return value
-    number_at_least(0)(value)
-    if value == 0:
+    """`step`: an ISO-8601 duration ("P30D", "P1M") or a number > 0 in lag's units, kept as given."""
+    lag_value(value)
+    if value == 0 or (isinstance(value, str) and cv.parse_duration(value) == cv.Duration(0, 0.0)):
         raise invalid("is not allowed")
     return value
+
+
+def lag_value(value: Any) -> str | int | float:
+    """`lag`: a number >= 0 in lag's units or an ISO-8601 duration ("P1D", "P1M"), kept as given."""
+    if isinstance(value, str):
+        if cv.parse_duration(value) is None:
+            raise invalid("is not an ISO-8601 duration")
+        return value
+    return number_at_least(0)(value)
 
 
 def upper_text(value: Any) -> Any:

@@ -200,7 +200,8 @@ class Partitions(Table):
         return {name: getattr(self, name) for name in self.keys()}  # defaults filled in
 
 
-LAG_HINT = "use a number >= 0 (seconds for datetimes, days for dates, units for numbers)"
+LAG_HINT = ('use a number >= 0 (seconds for datetimes, days for dates, units for numbers) or an ISO-8601 '
+            'duration such as "P1D" or "P1M"')
 
 
 class IncrementalArgument(Table):
@@ -217,12 +218,12 @@ class IncrementalArgument(Table):
     on_cursor_value_missing: OnCursorValueMissing | None = None
     range_start: RangeBound | None = None
     range_end: RangeBound | None = None
-    lag: Annotated[float, PlainValidator(check.number_at_least(0)), FromEnv(env.read_number),
+    lag: Annotated[float | str, PlainValidator(check.lag_value), FromEnv(env.read_number_or_text),
                    _hint(LAG_HINT)] | None = None
     cursor_type: CursorType | None = None
     # a long run is cut into slices of this size, one commit each (used by slicing, later)
     step: Annotated[str | float, PlainValidator(check.duration_or_number), FromEnv(env.read_number_or_text),
-                    _hint('use an ISO-8601 duration such as "P30D" or a number > 0 in lag\'s units')] | None = None
+                    _hint('use an ISO-8601 duration such as "P30D" or "P1M", or a number > 0 in lag\'s units')] | None = None
 
     @model_validator(mode="after")
     def _bounds_fit_the_cursor_type(self) -> IncrementalArgument:

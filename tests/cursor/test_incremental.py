@@ -465,6 +465,44 @@ def test_lag_dates(kind, convert):
     assert len(kept) == 3 and run2.state["last_value"] == "2024-01-11"
 
 
+def test_lag_as_an_iso_duration(kind, convert):
+    """lag = "P1D" is one day behind last_value, as lag=86400 is; "P1M" one calendar month (the
+    day clamped to the month's end); never below initial_value; the state never moves back."""
+    spec = incremental("ts", initial_value="2024-01-01T00:00:00Z", lag="P1D", primary_key="id")
+    run1 = spec.bind()
+    run_filter(run1, [{"id": 1, "ts": "2024-03-31T12:00:00Z"}], convert)
+    run2 = spec.bind(run1.state)
+    assert run2.start_value == pendulum.datetime(2024, 3, 30, 12)
+    assert run2.start_value == spec.replace(lag=86400).bind(run1.state).start_value
+    kept = run_filter(run2, [{"id": 1, "ts": "2024-03-31T12:00:00Z"}, {"id": 2, "ts": "2024-03-30T11:00:00Z"},
+                             {"id": 3, "ts": "2024-03-30T13:00:00Z"}], convert)
+    assert sorted(r["id"] for r in kept) == [1, 3] and run2.state["last_value"] == "2024-03-31T12:00:00Z"
+    assert spec.replace(lag="P1M").bind(run1.state).start_value == pendulum.datetime(2024, 2, 29, 12)
+    assert spec.replace(lag="P1Y").bind(run1.state).start_value == pendulum.datetime(2024, 1, 1)  # the floor
+    day = incremental("day", initial_value=dt.date(2024, 1, 1), lag="P1W").bind({"last_value": "2024-03-10",
+                                                                                  "cursor_type": "date"})
+    assert day.start_value == pendulum.date(2024, 3, 3)
+
+
+def test_an_iso_lag_going_down_moves_forward():
+    run = incremental("ts", initial_value="2025-01-01T00:00:00Z", last_value_func="min", lag="P1M").bind(
+        {"last_value": "2024-01-31T00:00:00Z"})
+    assert run.start_value == pendulum.datetime(2024, 2, 29)
+
+
+@pytest.mark.parametrize(("kwargs", "rows", "match"), [
+    (dict(initial_value=0), None, "lag='P1D' on cursor 'ts': an ISO-8601 duration needs a date or timestamp"),
+    (dict(initial_value=dt.date(2024, 1, 1)), None, "lag='PT6H' on cursor 'ts': a date cursor moves in whole days"),
+    (dict(), [{"ts": 5}], r"lag='P1D' on cursor 'ts' \(first value 5 in row 0\): an ISO-8601 duration needs"),
+    (dict(lag="1 day"), None, "lag='1 day' is not valid: give a number >= 0"),
+])
+def test_an_iso_lag_that_does_not_fit_the_cursor(kwargs, rows, match):
+    lag = kwargs.pop("lag", "PT6H" if isinstance(kwargs.get("initial_value"), dt.date) else "P1D")
+    with pytest.raises(IncrementalConfigError, match=match):
+        run = incremental("ts", lag=lag, **kwargs).bind()
+        run.filter(rows)
+
+
 def test_lag_with_zero_last_value_is_not_falsy():
     spec = incremental("ts", initial_value=-10, lag=2)
     run1 = spec.bind()

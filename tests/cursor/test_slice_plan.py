@@ -68,16 +68,63 @@ def test_steps_in_key_units(step, cursor_type, delta):
     assert parse_step(step).delta(cursor_type, "c") == delta
 
 
-@pytest.mark.parametrize("step", ["P", "PT", "1D", "P-1D", "P0D", 0, -3, float("inf"), True, "daily", [1]])
+@pytest.mark.parametrize("step", ["P", "PT", "1D", "P-1D", "P0D", "P0M", "P1M1Y", 0, -3, float("inf"), True, "daily", [1]])
 def test_bad_steps_are_refused(step):
     with pytest.raises(IncrementalConfigError, match="step="):
         incremental("t", initial_value="2024-01-01T00:00:00Z", step=step)
 
 
-@pytest.mark.parametrize("step", ["P1M", "P1Y", "P1Y2M"])
-def test_months_and_years_are_refused_with_the_reason(step):
-    with pytest.raises(IncrementalConfigError, match="no fixed length"):
-        incremental("t", initial_value="2024-01-01T00:00:00Z", step=step)
+def _dates(slices):
+    return [(cv.key_to_canonical(a, "timestamp"), cv.key_to_canonical(b, "timestamp")) for a, b in slices]
+
+
+def test_a_month_step_cuts_at_calendar_months():
+    """P1M moves on the calendar (28 to 31 days); the day is clamped to the month's end and the
+    time of day is kept; the last slice ends where the range ends."""
+    run = incremental("t", initial_value="2024-01-31T06:00:00Z", end_value="2024-05-15T00:00:00Z",
+                      step="P1M").bind(None)
+    assert _dates(plan_run(run, NOW)) == [
+        ("2024-01-31T06:00:00Z", "2024-02-29T06:00:00Z"),
+        ("2024-02-29T06:00:00Z", "2024-03-31T06:00:00Z"),
+        ("2024-03-31T06:00:00Z", "2024-04-30T06:00:00Z"),
+        ("2024-04-30T06:00:00Z", "2024-05-15T00:00:00Z"),
+    ]
+
+
+def test_year_and_mixed_calendar_steps_on_a_date_cursor():
+    run = incremental("d", initial_value=dt.date(2020, 2, 29), end_value=dt.date(2023, 1, 1), step="P1Y").bind(None)
+    dates = [(cv.key_to_canonical(a, "date"), cv.key_to_canonical(b, "date")) for a, b in plan_run(run, NOW)]
+    assert dates == [("2020-02-29", "2021-02-28"), ("2021-02-28", "2022-02-28"), ("2022-02-28", "2023-01-01")]
+    run = incremental("d", initial_value=dt.date(2024, 1, 1), end_value=dt.date(2024, 4, 1), step="P1M15D").bind(None)
+    dates = [(cv.key_to_canonical(a, "date"), cv.key_to_canonical(b, "date")) for a, b in plan_run(run, NOW)]
+    # the i-th bound is start + i x (1 month 15 days): 2 months and 30 days is March 31
+    assert dates == [("2024-01-01", "2024-02-16"), ("2024-02-16", "2024-03-31"), ("2024-03-31", "2024-04-01")]
+
+
+@given(st.datetimes(dt.datetime(1990, 1, 1), dt.datetime(2090, 1, 1)), st.integers(1, 14), st.integers(1, 60))
+@settings(max_examples=60, deadline=None)
+def test_calendar_steps_cover_the_range_with_slices_of_one_step(start, months, pieces):
+    """Every slice but the last is exactly `months` calendar months (day clamped); the last at
+    most that; together they cover [start, end) without gap or overlap."""
+    start_key = cv.datetime_to_micros(start)
+    end_key = cv.datetime_to_micros(cv.add_months(start, months * pieces)) - 1
+    slices = cv_steps(f"P{months}M", start_key, end_key)
+    assert slices[0][0] == start_key and slices[-1][1] == end_key
+    assert all(b == c for (_, b), (c, _) in zip(slices, slices[1:]))
+    for i, (a, b) in enumerate(slices):
+        full = cv.datetime_to_micros(cv.add_months(start, months * (i + 1)))
+        assert a < b <= full and (b == full or i == len(slices) - 1)
+
+
+def cv_steps(step, start, end):
+    return parse_step(step).cut(start, end, "timestamp", "t")
+
+
+def test_calendar_step_that_does_not_fit_the_cursor_type():
+    with pytest.raises(IncrementalConfigError, match="whole days"):
+        incremental("d", initial_value=dt.date(2024, 1, 1), step="P1MT6H")
+    with pytest.raises(IncrementalConfigError, match="ISO-8601 duration needs a date or timestamp"):
+        incremental("n", initial_value=0, end_value=100, step="P1M")
 
 
 def test_step_that_does_not_fit_the_cursor_type():

@@ -352,3 +352,32 @@ def test_each_partition_of_a_ranged_backfill_shows_its_own_figures(spark, env, i
     assert output["dagster_incremental/rows_inserted"].value == sum(f[0] for f in expected)  # the run's totals
     assert output["dagster_incremental/rows_deleted"].value == sum(f[2] for f in expected)
     assert sorted(ids(spark, io, name)) == [0, 1, 2, 3, 10, 40, 41, 42, 43]
+
+
+def test_a_month_step_from_config_toml_cuts_at_calendar_months(spark, env, instance):
+    """`step = "P1M"` cuts at calendar months (31, 29 and 31 days here), one commit each."""
+    config, io, _ = env
+    Path(config).write_text(Path(config).read_text() + (
+        '[assets.monthly.event_time]\ncursor_path = "event_time"\ninitial_value = "2024-01-01T00:00:00Z"\n'
+        'step = "P1M"\n'))
+    day0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    data = [{"id": i, "event_time": day0 + timedelta(days=i)} for i in range(91)]  # Jan 1 .. Mar 31
+    calls: list = []
+
+    @incremental_asset(name="monthly", primary_key="id",
+                       write_disposition={"disposition": "merge", "strategy": "upsert"}, config_path=config)
+    def monthly(event_time: Incremental):
+        calls.append((event_time.start_value, event_time.end_value))
+        return [r for r in data if r["event_time"] >= event_time.start_value
+                and (event_time.end_value is None or r["event_time"] < event_time.end_value)]
+
+    window = {"ops": {"monthly": {"config": {"initial_value": "2024-01-01T00:00:00Z",
+                                             "end_value": "2024-04-01T00:00:00Z"}}}}
+    result = materialize(monthly, instance, io, run_config=window)
+    assert result.success, failure_text(result)
+    month = [datetime(2024, m, 1, tzinfo=timezone.utc) for m in (1, 2, 3, 4)]
+    assert calls == list(zip(month, month[1:]))
+    assert [line.split(": ")[-1] for line in slice_logs(instance, result.run_id)] == ["31 rows", "29 rows", "31 rows"]
+    assert metadata(result, "monthly")["dagster_incremental/slices"] == [3, 3]
+    assert ids(spark, io, "monthly") == list(range(91))
+

@@ -430,7 +430,7 @@ def test_env_without_a_file(tmp_path, monkeypatch):
          f'{E}ASSETS__DAILYEVENTS__PARTITIONS__END_OFFSET) is not an integer; use an integer >= 0'),
         ("ASSETS__ORDERS__UPDATED_AT__LAG", "soon",
          '[assets.orders.updated_at] lag = "soon" (from environment variable '
-         f'{E}ASSETS__ORDERS__UPDATED_AT__LAG) is not a number; use a number >= 0'),
+         f'{E}ASSETS__ORDERS__UPDATED_AT__LAG) is not an ISO-8601 duration; use a number >= 0'),
         ("ASSETS__ORDERS__UPDATED_AT__LAG", "-1",
          f"[assets.orders.updated_at] lag = -1 (from environment variable {E}ASSETS__ORDERS__UPDATED_AT__LAG) "
          "is not allowed; use a number >= 0"),
@@ -609,7 +609,7 @@ def test_bad_enum_values(tmp_path, toml, expected):
          '[assets.orders] columns.deleted.hard_delete = "yes" is a string; use true or false'),
         ('[assets.orders]\ncolumns = { deleted = { nullable = false } }\n',
          "[assets.orders] columns.deleted.nullable is not a known key; known keys: hard_delete, dedup_sort"),
-        ('[assets.orders.updated_at]\nlag = "1h"\n', '[assets.orders.updated_at] lag = "1h" is a string; use a number >= 0'),
+        ('[assets.orders.updated_at]\nlag = "1h"\n', '[assets.orders.updated_at] lag = "1h" is not an ISO-8601 duration; use a number >= 0'),
         ("[assets.orders.updated_at]\nlag = -5\n", "[assets.orders.updated_at] lag = -5 is not allowed; use a number >= 0"),
         ("[assets.orders.updated_at]\nlag = true\n", "[assets.orders.updated_at] lag = true is a boolean"),
         ("[assets.orders.updated_at]\ninitial_value = true\n",

@@ -133,6 +133,15 @@ def test_freshness_and_step_are_parsed_and_exposed(tmp_path):
     assert cfg.asset("other").freshness is None
 
 
+def test_calendar_steps_and_iso_lags_are_taken_as_given(tmp_path):
+    """P1M / P1Y steps and ISO-8601 lags are valid in config.toml as in code (the engine cuts
+    and lags them on the calendar)."""
+    cfg = load(tmp_path, '[assets.orders.updated_at]\nstep = "P1M"\nlag = "P1D"\n'
+                         '[assets.daily.day]\nstep = "P1Y"\nlag = 2\n')
+    assert dict(cfg.asset("orders").incremental("updated_at")) == {"step": "P1M", "lag": "P1D"}
+    assert dict(cfg.asset("daily").incremental("day")) == {"step": "P1Y", "lag": 2}
+
+
 def test_freshness_and_step_from_the_environment(tmp_path):
     cfg = load(tmp_path, "[assets.orders.updated_at]\nlag = 1\n",
                {f"{E}ASSETS__ORDERS__FRESHNESS": "PT15M", f"{E}ASSETS__ORDERS__UPDATED_AT__STEP": "3600"})
@@ -146,9 +155,10 @@ def test_freshness_and_step_from_the_environment(tmp_path):
      "or a number of seconds > 0 (at line 2)"),
     ("[assets.orders]\nfreshness = 0\n", "[assets.orders] freshness = 0 is not allowed; use an ISO-8601 duration"),
     ("[assets.orders]\nfreshness = true\n", "[assets.orders] freshness = true is a boolean"),
-    ('[assets.orders.updated_at]\nstep = "P1M"\n',
-     '[assets.orders.updated_at] step = "P1M" is not an ISO-8601 duration; use an ISO-8601 duration such as '
-     "\"P30D\" or a number > 0 in lag's units (at line 2)"),
+    ('[assets.orders.updated_at]\nstep = "1 month"\n',
+     '[assets.orders.updated_at] step = "1 month" is not an ISO-8601 duration; use an ISO-8601 duration such as '
+     "\"P30D\" or \"P1M\", or a number > 0 in lag's units (at line 2)"),
+    ('[assets.orders.updated_at]\nstep = "P0M"\n', '[assets.orders.updated_at] step = "P0M" is not allowed'),
     ("[assets.orders.updated_at]\nstep = -1\n", "[assets.orders.updated_at] step = -1 is not allowed"),
     ("[assets.orders.updated_at]\nstep = [1]\n", "[assets.orders.updated_at] step = [1] is an array"),
 ])
