@@ -19,7 +19,7 @@ from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
-from dagster_incremental.settings.problems import find_name, section_text, suggest
+from dagster_incremental.settings.errors import find_name, section_text, suggest
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
 from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments

@@ -62,8 +62,7 @@ from pydantic import ValidationError
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.environment import ENV_PREFIX, apply_config_environment
-from dagster_incremental.settings.problems import Problem, find_name, section_text, suggest
-from dagster_incremental.settings.report import Reporter
+from dagster_incremental.settings.errors import Problem, find_name, problem_from, section_text, suggest
 from dagster_incremental.settings.schema import (
     AssetOptions,
     DestinationSettings,
@@ -71,9 +70,8 @@ from dagster_incremental.settings.schema import (
     ProjectDocument,
     SparkSettings,
 )
-from dagster_incremental.settings.schema_errors import problem_from
 from dagster_incremental.settings.spark_conf import flatten
-from dagster_incremental.settings.toml_source import TomlText, read_toml_text
+from dagster_incremental.settings.toml_source import Reporter, TomlText, read_toml_text
 
 __all__ = [
     "CONFIG_PATH_ENV",
@@ -226,13 +224,13 @@ class ProjectConfig:
         try:
             AssetOptions.model_validate(given)
         except ValidationError as exc:
-            raise self._decorator_error(name, problem_from(exc, ("assets", name))) from None
+            raise self._decorator_error(name, problem_from(exc, ProjectDocument, ("assets", name))) from None
         config = self.asset(name)
         merged = {**given, **config.overrides, "arguments": config.options.arguments}
         try:
             return AssetOptions.model_validate(merged, context={"resolved": True})
         except ValidationError as exc:
-            problem = problem_from(exc, ("assets", name))
+            problem = problem_from(exc, ProjectDocument, ("assets", name))
             key = ".".join(problem.key)
             raise IncrementalConfigError(
                 f"asset {name!r}: {key} {problem.problem}; {problem.hint}; add {key}=[...] to "
@@ -294,11 +292,11 @@ def load_config(path: str | os.PathLike[str] | None = None, *,
     try:
         if isinstance(raw.get("spark"), dict) and isinstance(raw["spark"].get("conf"), dict):
             raw["spark"]["conf"] = flatten(raw["spark"]["conf"])
-        apply_config_environment(raw, sources, environ)
+        apply_config_environment(raw, sources, environ, ProjectDocument)
         try:
             document = ProjectDocument.model_validate(raw)
         except ValidationError as exc:
-            raise problem_from(exc) from None
+            raise problem_from(exc, ProjectDocument) from None
         return _project(source, document, sources)
     except Problem as problem:
         raise Reporter(source.display, source.lines, sources).error(problem, source.path) from None

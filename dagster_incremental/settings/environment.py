@@ -5,24 +5,143 @@ One engine for config.toml (`DAGSTER_INCREMENTAL__`) and secrets.toml
 against the file (a name the file lacks is created in lower case), applied from the least to the
 most specific variable so per-key variables patch whole tables, and `sources` recording which
 variable set which key path (errors then name the variable instead of a line).
+
+The schema tags each field with the reader of its kind (`FromEnv(read_int)`); a variable's text
+is read with it, then the schema checks the value exactly as it checks the file's, so a variable
+and the file give the same errors. The engine walks the schema it is given (`SchemaTable`s), so
+the schema can name its readers here.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, get_args
 
+import tomli
 from pydantic.fields import FieldInfo
 
-from dagster_incremental.settings import env_values as env
-from dagster_incremental.settings.env_values import FromEnv
-from dagster_incremental.settings.problems import BadValue, Problem, kind, suggest
-from dagster_incremental.settings.schema import INLINE_HINT, AssetOptions, IncrementalArgument, ProjectDocument, Table
-from dagster_incremental.settings.schema_errors import table_model, hint_of, split_path
+from dagster_incremental.settings.errors import (
+    BadValue,
+    Problem,
+    SchemaTable,
+    hint_of,
+    kind,
+    model_at,
+    split_path,
+    suggest,
+    table_model,
+)
 from dagster_incremental.settings.spark_conf import CONF_SECTION, conf_key_from_env, flatten
 
 ENV_PREFIX = "DAGSTER_INCREMENTAL__"
 SECRETS_ENV_PREFIX = "DAGSTER_INCREMENTAL_SECRETS__"
+INLINE_HINT = 'use a TOML inline table, e.g. {initial_value = "2024-01-01"}'
+
+# --------------------------------------------------------------------------- a variable's text as a value
+
+
+
+_INT_RE = re.compile(r"[+-]?\d+")
+_FLOAT_RE = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?")
+
+
+@dataclass(frozen=True)
+class FromEnv:
+    """Schema field metadata: how the field reads an environment variable's text."""
+
+    read: Callable[[str], Any]
+
+
+def parse_literal(text: str) -> Any:
+    """A TOML value literal (inline table, array, string, number, date), else JSON, else raise."""
+    try:
+        doc = tomli.loads(f"v = {text}")
+        if set(doc) == {"v"}:
+            return doc["v"]
+    except tomli.TOMLDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise BadValue("is neither a TOML nor a JSON literal") from None
+
+
+def read_text(text: str) -> str:
+    return text
+
+
+def read_bool(text: str) -> bool:
+    if text.strip().lower() in ("true", "false"):
+        return text.strip().lower() == "true"
+    raise BadValue("is not true or false")
+
+
+def read_int(text: str) -> int:
+    if not _INT_RE.fullmatch(text.strip()):
+        raise BadValue("is not an integer")
+    return int(text)
+
+
+def read_number(text: str) -> int | float:
+    text = text.strip()
+    if _INT_RE.fullmatch(text):
+        return int(text)
+    if _FLOAT_RE.fullmatch(text):
+        return float(text)
+    raise BadValue("is not a number")
+
+
+def read_number_or_text(text: str) -> Any:
+    """A number when the text is one (`3600`), else the text (an ISO-8601 duration, `PT1H`)."""
+    try:
+        return read_number(text)
+    except BadValue:
+        return text
+
+
+def read_names(text: str) -> Any:
+    """A TOML/JSON array (`["id","ts"]`) or comma-separated names (`id, ts`)."""
+    if text.strip().startswith("["):
+        return parse_literal(text.strip())
+    return [part.strip() for part in text.split(",")]
+
+
+def read_table(text: str) -> Any:
+    """A TOML inline table or a JSON object."""
+    if text.strip().startswith("{"):
+        return parse_literal(text.strip())
+    raise BadValue("is not an inline table")
+
+
+def read_table_or_text(text: str) -> Any:
+    """write_disposition: `merge` or `{disposition = "merge", strategy = "upsert"}`."""
+    return read_table(text) if text.strip().startswith("{") else text
+
+
+def read_cursor_value(text: str) -> Any:
+    """initial_value/end_value: an integer or decimal literal becomes a number, a TOML-quoted
+    string (`"00123"`) a string, anything else (ISO strings included) stays the text given."""
+    stripped = text.strip()
+    if _INT_RE.fullmatch(stripped) and not re.fullmatch(r"[+-]?0\d+", stripped):
+        return int(stripped)
+    if _FLOAT_RE.fullmatch(stripped) and "." in stripped:
+        return float(stripped)
+    if stripped[:1] in ('"', "'"):
+        try:
+            value = parse_literal(stripped)
+        except BadValue:
+            return text
+        if isinstance(value, str):
+            return value
+    return text
+
+
+# --------------------------------------------------------------------------- the engine
+
 
 Split = Callable[[tuple[str, ...]], tuple[tuple[str, ...], tuple[str, ...]]]
 
@@ -98,15 +217,17 @@ class Overrides:
 
 
 def apply_config_environment(raw: dict[str, Any], sources: dict[tuple[str, ...], str],
-                             environ: Mapping[str, str]) -> None:
+                             environ: Mapping[str, str], document: type[SchemaTable]) -> None:
     """DAGSTER_INCREMENTAL__... variables onto a raw config document; each key read as the schema
-    types it (`FromEnv`), so the schema then checks file and variables alike."""
-    engine = Overrides(ENV_PREFIX, raw, sources, split_path, "ASSETS__ORDERS__PRIMARY_KEY")
+    (`document`) types it (`FromEnv`), so the schema then checks file and variables alike."""
+    split = functools.partial(split_path, document)
+    engine = Overrides(ENV_PREFIX, raw, sources, split, "ASSETS__ORDERS__PRIMARY_KEY")
+    sections = document.keys()
     for var, parts, text in engine.variables(environ):
         head, rest = parts[0].lower(), [p.lower() for p in parts[1:]]
-        if head not in ProjectDocument.SECTIONS:
+        if head not in sections:
             raise Problem((head,), (), None, "is not a known section", f"did you mean {ENV_PREFIX}"
-                          f"{(suggest(head, ProjectDocument.SECTIONS) or 'assets').upper()}__...?",
+                          f"{(suggest(head, sections) or 'assets').upper()}__...?",
                           show_value=False, env=var)
         if not rest:
             raise Problem((head,), (), None, "names no key", f"append __<KEY>, e.g. {ENV_PREFIX}SPARK__MASTER",
@@ -118,25 +239,33 @@ def apply_config_environment(raw: dict[str, Any], sources: dict[tuple[str, ...],
             if len(rest) < 2:
                 raise Problem(("assets", asset), (), None, "names no key", "append __<KEY> or "
                               f"__<ARGUMENT>__<KEY>, e.g. {var}__PRIMARY_KEY", show_value=False, env=var)
-            _set_in(engine, var, AssetOptions, ("assets", asset), rest[1:], text)
+            _set_in(engine, var, _table_at(document, ("assets", asset)), ("assets", asset), rest[1:], text)
         else:
-            model = table_model(ProjectDocument.model_fields[head].annotation)[0]
-            _set_in(engine, var, model, (head,), rest, text)
+            _set_in(engine, var, _table_at(document, (head,)), (head,), rest, text)
 
 
-def _set_in(engine: Overrides, var: str, model: type[Table], path: tuple[str, ...], rest: list[str],
+def _table_at(document: type[SchemaTable], path: tuple[str, ...]) -> type[SchemaTable]:
+    model = model_at(document, path)
+    assert model is not None, path  # the schema has a table at every section and asset
+    return model
+
+
+def _set_in(engine: Overrides, var: str, model: type[SchemaTable], path: tuple[str, ...], rest: list[str],
             text: str) -> None:
-    """Walk the schema from `model` at `path` down the variable's levels and set the key."""
+    """Walk the schema from `model` at `path` down the variable's levels and set the key; an
+    asset's table (one with `arguments`) takes a name it does not know as an argument's."""
     key, more = rest[0], rest[1:]
     if key not in model.keys():
-        if model is not AssetOptions:
+        argument = table_model(model.schema_fields()["arguments"].annotation)[0] \
+            if "arguments" in model.schema_fields() else None
+        if argument is None:
             raise _unknown(path, "__".join(rest), model.keys(), var)
-        arguments = {k: v for k, v in engine.table(path, var).items() if k not in AssetOptions.keys()}
+        arguments = {k: v for k, v in engine.table(path, var).items() if k not in model.keys()}
         name = engine.spelled(arguments, key, path, var)
         if not more:
             return _set_table(engine, var, path + (name,), text)
-        return _set_in(engine, var, IncrementalArgument, path + (name,), more, text)
-    field = model.model_fields[key]
+        return _set_in(engine, var, argument, path + (name,), more, text)
+    field = model.schema_fields()[key]
     if not more:
         return engine.put(path + (key,), engine.read(path + (key,), var, text, _reader(field), hint_of(field)), var)
     inner, named = table_model(field.annotation)
@@ -148,13 +277,13 @@ def _set_in(engine: Overrides, var: str, model: type[Table], path: tuple[str, ..
     if inner is not None and not named:
         engine.table(path + (key,), var, coerce=inner.coerce)
         return _set_in(engine, var, inner, path + (key,), more, text)
-    raise Problem(split_path(path)[0], (key, *more), None, "is not a known key",
+    raise Problem(engine.split(path)[0], (key, *more), None, "is not a known key",
                   f"{key} has no keys to set one by one; set {var.rsplit('__', len(more))[0]} to the whole "
                   "value", show_value=False, env=var)
 
 
 def _set_table(engine: Overrides, var: str, path: tuple[str, ...], text: str) -> None:
-    engine.put(path, engine.read(path, var, text, env.read_table, INLINE_HINT, table=True), var)
+    engine.put(path, engine.read(path, var, text, read_table, INLINE_HINT, table=True), var)
 
 
 def _reader(field: FieldInfo) -> Callable[[str], Any]:
@@ -165,7 +294,7 @@ def _reader(field: FieldInfo) -> Callable[[str], Any]:
     found = [m for m in field.metadata if isinstance(m, FromEnv)] + tags(field.annotation)
     if found:
         return found[0].read
-    return env.read_table if table_model(field.annotation)[0] is not None else env.read_text
+    return read_table if table_model(field.annotation)[0] is not None else read_text
 
 
 def _unknown(section: tuple[str, ...], key: str, known: tuple[str, ...], var: str) -> Problem:
@@ -186,7 +315,7 @@ def _spark_conf(engine: Overrides, var: str, rest: list[str], text: str) -> None
         engine.sources[CONF_SECTION + (name,)] = var
         return
     try:
-        value = env.read_table(text)
+        value = read_table(text)
     except BadValue:
         value = None
     if not isinstance(value, Mapping):

@@ -2,7 +2,7 @@
 its check, written once as pydantic models.
 
 config.toml, its environment variables and the decorator's arguments are all validated by these
-models; `schema_errors` renders a failure with its file, line, section and key. Models keep
+models; `errors.problem_from` renders a failure with its file, line, section and key. Models keep
 which keys were given (`model_fields_set`), so layers (decorator < config.toml < environment)
 merge without guessing what "unset" means.
 """
@@ -15,13 +15,14 @@ from datetime import date, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, BaseModel, ConfigDict, Field, PlainValidator, ValidationInfo, model_validator
+from pydantic.fields import FieldInfo
 
 from dagster_incremental.cursor.vocabulary import CursorType, LastValueFunc, OnCursorValueMissing, RangeBound, RowOrder
-from dagster_incremental.settings import env_values as env
-from dagster_incremental.settings import field_checks as check
-from dagster_incremental.settings.env_values import FromEnv
-from dagster_incremental.settings.field_checks import invalid
-from dagster_incremental.settings.problems import kind, suggest
+from dagster_incremental.settings import environment as env
+from dagster_incremental.settings import errors as check
+from dagster_incremental.settings.environment import INLINE_HINT, FromEnv
+from dagster_incremental.settings.errors import invalid, kind, suggest
+from dagster_incremental.settings.spark_conf import spark_conf_table
 from dagster_incremental.settings.vocabulary import (
     DEFAULT_STRATEGY,
     DISPOSITIONS,
@@ -35,7 +36,6 @@ from dagster_incremental.settings.vocabulary import (
 
 NAME_RE = re.compile(r"[A-Za-z0-9_]+")  # Dagster's rule for asset names
 COLUMNS_HINT = 'use a column name or a list of column names, e.g. ["id"]'
-INLINE_HINT = 'use a TOML inline table, e.g. {initial_value = "2024-01-01"}'
 
 
 def _hint(text: str) -> Any:
@@ -78,6 +78,11 @@ class Table(BaseModel):
         """The keys a user can write (in schema order, as messages list them)."""
         return tuple(n for n, f in cls.model_fields.items() if not f.exclude)
 
+    @classmethod
+    def schema_fields(cls) -> Mapping[str, FieldInfo]:
+        """Every field, those a user cannot write as keys included (how errors walk the schema)."""
+        return cls.model_fields
+
     def given(self) -> dict[str, Any]:
         """Only the keys given, nested tables as plain dicts of their given keys."""
         return {name: _plain(getattr(self, name)) for name in self.keys() if name in self.model_fields_set}
@@ -97,7 +102,7 @@ class SparkSettings(Table):
     hint = "make it a table: [spark]"
     master: Annotated[Text, _hint('use a Spark master URL such as "local[*]" or "spark://host:7077"')] = "local[*]"
     app_name: Text = "dagster-incremental"
-    conf: Annotated[Mapping[str, str], PlainValidator(check.spark_conf_table), FromEnv(env.read_table),
+    conf: Annotated[Mapping[str, str], PlainValidator(spark_conf_table), FromEnv(env.read_table),
                     _hint("use a table of Spark settings whose values are strings, numbers or booleans")
                     ] = Field(default_factory=dict)
 
@@ -325,7 +330,6 @@ def _asset_tables(assets: Any) -> Any:
 class ProjectDocument(Table):
     """A whole config.toml (after environment overrides)."""
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("spark", "destination", "assets")
     spark: Annotated[SparkSettings, _hint(SparkSettings.hint)] = Field(default_factory=SparkSettings)
     destination: Annotated[DestinationSettings, _hint(DestinationSettings.hint)] = Field(default_factory=DestinationSettings)
     assets: Annotated[Mapping[str, AssetOptions], BeforeValidator(_asset_tables),
@@ -334,8 +338,8 @@ class ProjectDocument(Table):
     @classmethod
     def coerce(cls, data: Any) -> Any:
         for name in data if isinstance(data, Mapping) else ():
-            if name not in cls.SECTIONS:
-                guess = suggest(name, cls.SECTIONS)
+            if name not in cls.keys():
+                guess = suggest(name, cls.keys())
                 raise invalid("is not a known section", (f"did you mean [{guess}]? " if guess else "")
                               + "known sections: [spark], [destination], [assets.<asset>]",
                               at=(name,), key_from=1, show_value=False)

@@ -39,11 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX, apply_secrets_environment
-from dagster_incremental.settings.problems import BadValue, Problem, find_name, kind
-from dagster_incremental.settings.report import Reporter
+from dagster_incremental.settings.errors import BadValue, Problem, find_name, kind
 from dagster_incremental.settings.schema import NAME_RE
 from dagster_incremental.settings.spark_conf import CONF_SECTION, VALUE_HINT, conf_value, flatten
-from dagster_incremental.settings.toml_source import read_toml_text
+from dagster_incremental.settings.toml_source import Reporter, read_toml_text
 
 if TYPE_CHECKING:
     from dagster_incremental.settings.config import ProjectConfig

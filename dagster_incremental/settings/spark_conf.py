@@ -1,7 +1,8 @@
 """Spark conf entries, spelled alike in config.toml, secrets.toml and their variables.
 
 Spark takes strings; a TOML file may write `spark.sql.x = 4` (a dotted key, which TOML nests) or
-`"spark.sql.x" = 4`. Both files and both variable prefixes go through these three functions.
+`"spark.sql.x" = 4`. Both files and both variable prefixes go through these functions;
+`spark_conf_table` is the schema's check of [spark.conf].
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dagster_incremental.settings.problems import BadValue, Problem, kind
+from dagster_incremental.settings.errors import BadValue, Problem, invalid, kind
 
 CONF_SECTION = ("spark", "conf")
 VALUE_HINT = "Spark settings are strings, numbers or booleans"
@@ -60,3 +61,16 @@ def conf_key_from_env(token: str, existing: Iterable[str], *, var: str, other_wa
     raise Problem(CONF_SECTION, (token,), None, "does not start with SPARK_",
                   "name the Spark key with dots as underscores "
                   f"(SPARK_SQL_SHUFFLE_PARTITIONS), or {other_way}", show_value=False, env=var)
+
+
+def spark_conf_table(value: Any) -> Mapping[str, str]:
+    """[spark.conf]: Spark keys to values, as the strings Spark takes."""
+    if not isinstance(value, Mapping):
+        raise invalid(f"is {kind(value)}")
+    out: dict[str, str] = {}
+    for name, item in value.items():
+        try:
+            out[name] = conf_value(item)
+        except BadValue as bad:
+            raise invalid(bad.problem, bad.hint, at=(name,), value=item) from None
+    return out
