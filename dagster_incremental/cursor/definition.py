@@ -228,10 +228,11 @@ class CursorDefinition:
         set_(self, "_end_key", ek)
 
     def _check_callable_range(self) -> None:
-        if self.end_value is None:
+        func = self.last_value_func
+        if self.end_value is None or isinstance(func, str):
             return
         try:
-            ok = self.last_value_func((self.end_value, self.initial_value)) == self.end_value
+            ok = func((self.end_value, self.initial_value)) == self.end_value
         except Exception as e:  # noqa: BLE001 - user function
             raise IncrementalConfigError(
                 f"initial_value={self.initial_value!r} and end_value={self.end_value!r} are "
@@ -244,9 +245,9 @@ class CursorDefinition:
                 "last_value_func((end_value, initial_value)) must return end_value."
             )
 
-    def _value_type(self) -> str | None:
+    def _value_type(self) -> CursorType | None:
         """cursor_type, else the type of initial_value / end_value (which must be comparable)."""
-        types = {}
+        types: dict[str, CursorType] = {}
         for arg in ("initial_value", "end_value"):
             value = getattr(self, arg)
             if value is not None:
@@ -276,8 +277,9 @@ class CursorDefinition:
         value = getattr(self, arg)
         if value is None:
             return None
+        assert ctype is not None  # _value_type found the type of every bound given
         try:
-            return cv.to_key(value, ctype)  # type: ignore[arg-type]
+            return cv.to_key(value, ctype)
         except cv.KeyConversionError as e:
             raise IncrementalConfigError(
                 f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -158,7 +158,7 @@ def parse_cursor_path(path: Any) -> CursorPath:
     return CursorPath(raw, tuple(parts))
 
 
-def _bad(raw: str, why: str) -> None:
+def _bad(raw: str, why: str) -> NoReturn:
     raise IncrementalConfigError(
         f"cursor_path={raw!r} is not a valid path: {why}. Supported: a column name ('updated_at'), "
         "a dotted path ('meta.updated_at'), a JSONPath subset ('$.meta.updated_at', \"$['a b'].c\", "

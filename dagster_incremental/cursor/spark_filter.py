@@ -139,7 +139,7 @@ def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
 
     # real classes, not strings: this module uses `from __future__ import annotations`
     _keys.__annotations__ = {"frame": pd.DataFrame, "return": pd.Series}
-    udf = pandas_udf(_keys, "string")
+    udf = pandas_udf(_keys, "string")  # type: ignore[call-overload]  # pyspark 3.5's stubs lack the type-hint form
     return udf(F.struct(*[F.col(f"`{c}`") for c in columns]))
 
 
@@ -215,8 +215,8 @@ def _key_column(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> tuple[s
         if ctype == "string":
             key = F.lit(None).cast("string")
     else:
-        key = _key_expr(col, dtype, ctype)
-        if key is None:
+        expr = _key_expr(col, dtype, ctype)
+        if expr is None:
             if detected is not None:
                 run.adopt_type(detected, None, "the Spark frame")
             sample = df.where(col.isNotNull()).limit(1).collect()
@@ -227,6 +227,7 @@ def _key_column(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> tuple[s
                 "the Spark frame",
                 f"a {dtype.simpleString()} column is not a {ctype} column",
             )
+        key = expr
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
         key = F.when(~F.isnan(col), key)
     return detected, key
@@ -280,8 +281,8 @@ def _check_values(run: LiveRun, df: DataFrame, m: _Masks, row: Any) -> None:
         value = _get(sample.asDict(recursive=True), path.parts)
         raise run.type_error(value, sample.asDict(), "the Spark frame", "it is not an ISO-8601 date or timestamp")
     if row["nulls"] and run.decision_inputs.on_missing == "raise":
-        sample = df.where(m.is_null).limit(1).collect()[0].asDict()
-        raise run.missing_error(sample, False, f"a row of the Spark frame (column {path.column!r})")
+        null_row = df.where(m.is_null).limit(1).collect()[0].asDict()
+        raise run.missing_error(null_row, False, f"a row of the Spark frame (column {path.column!r})")
 
 
 def _advance(

@@ -165,7 +165,8 @@ class AssetState:
     @classmethod
     def of(cls, cursors: Mapping[str, CursorState | None], write_keys: Mapping[str, Any] | None = None) -> AssetState:
         """The state a run leaves: one entry per incremental argument."""
-        return cls(dict(cursors), len(cursors) > 1, write_keys)
+        entries: dict[str | None, CursorState | None] = {name: state for name, state in cursors.items()}
+        return cls(entries, len(entries) > 1, write_keys)
 
     def cursor(self, name: str | None) -> CursorState | None:
         """The state of argument `name` (the only cursor's, whatever the name, when flat)."""
@@ -175,7 +176,10 @@ class AssetState:
 
     def to_dict(self) -> dict[str, Any]:
         if self.several:
-            out: dict[str, Any] = {n: s.to_dict() if s is not None else None for n, s in self.cursors.items()}
+            # several cursors are always named (only a single cursor may be stored without a name)
+            out: dict[str, Any] = {
+                n: s.to_dict() if s is not None else None for n, s in self.cursors.items() if n is not None
+            }
         elif self.cursors:
             only = next(iter(self.cursors.values()))
             out = only.to_dict() if only is not None else {}
@@ -201,7 +205,9 @@ class AssetState:
         if not several:
             body = {k: v for k, v in raw.items() if k != WRITE_KEYS}
             return cls({names[0] if names else None: CursorState.from_dict(body)}, several, write_keys)
-        parts = {n: CursorState.from_dict(raw[n]) if raw[n] is not None else None for n in names if n in raw}
+        parts: dict[str | None, CursorState | None] = {
+            n: CursorState.from_dict(raw[n]) if raw[n] is not None else None for n in names if n in raw
+        }
         return cls(parts, several, write_keys)
 
     @classmethod

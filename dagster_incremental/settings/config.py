@@ -96,7 +96,7 @@ PartitionsConfig = Partitions
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _empty() -> Mapping[str, Any]:
+def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 

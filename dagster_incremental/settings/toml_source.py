@@ -62,8 +62,8 @@ def read_toml_text(path: Path, display: str, what: str, *, quote_errors: bool = 
             reason = f" ({exc})" if quote_errors else ": it is not UTF-8 text"
             raise IncrementalConfigError(f"{display}: cannot read the {what}{reason}", path=path) from None
         except OSError as exc:
-            reason = exc if quote_errors else exc.strerror
-            raise IncrementalConfigError(f"{display}: cannot read the {what} ({reason})", path=path) from None
+            detail = exc if quote_errors else exc.strerror
+            raise IncrementalConfigError(f"{display}: cannot read the {what} ({detail})", path=path) from None
     return TomlText(path, display)
 
 
