@@ -108,6 +108,12 @@ class Incremental(abc.ABC):
     def state(self) -> dict[str, Any] | None:
         """The JSON-serialisable state to persist after the run (None before any run)."""
 
+    @property
+    def last_run(self) -> Any:
+        """When the previous run of the asset committed the cursor in force (pendulum, UTC), or
+        None (a first run, a full refresh, a spec that has run nothing)."""
+        return None
+
     @abc.abstractmethod
     def filter(self, items: Any) -> Any:
         """The in-range, not-yet-loaded rows of `items`, in the same kind as given."""

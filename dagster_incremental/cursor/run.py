@@ -5,6 +5,7 @@ last_value, boundary keys, out-of-range flags) and filters every input kind thro
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -75,8 +76,10 @@ class IncrementalRun(Incremental):
         window: tuple[Any, Any] | None,
         stateless: bool,
         inherited_primary_key: str | Sequence[str] | None,
+        last_run: datetime | None = None,
     ) -> None:
         self.spec = spec
+        self._last_run = last_run
         self.cursor_path = spec.cursor_path
         stored = state if isinstance(state, CursorState) or state is None else CursorState.from_dict(state)
         self._given_state = stored
@@ -313,6 +316,16 @@ class IncrementalRun(Incremental):
     def initial_value(self) -> Any:
         """The spec's initial_value, else the one recorded in the state (still the lag floor)."""
         return self._public(self._initial if self._initial is not None else self._state_initial)
+
+    @property
+    def last_run(self) -> Any:
+        """When the previous run of the asset committed the cursor this run continues from
+        (pendulum, UTC), or None: a first run, a full refresh, a cursor reset by hand."""
+        if self._last_run is None:
+            return None
+        import pendulum
+
+        return pendulum.instance(self._last_run, tz="UTC").in_tz("UTC")
 
     @property
     def is_backfill(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dagster_incremental.cursor.definition import CursorDefinition, Incremental, normalise_pk
@@ -71,14 +72,17 @@ class IncrementalSpec(CursorDefinition, Incremental):
         window: tuple[Any, Any] | None = None,
         stateless: bool = False,
         inherited_primary_key: str | Sequence[str] | None = None,
+        last_run: datetime | None = None,
     ) -> IncrementalRun:
-        """Start a run from `state` (None on the first run); see IncrementalRun."""
+        """Start a run from `state` (None on the first run); see IncrementalRun. `last_run`:
+        when the run that left `state` committed (the asset layer knows it)."""
         return IncrementalRun(
             self,
             state,
             window=window,
             stateless=stateless,
             inherited_primary_key=inherited_primary_key,
+            last_run=last_run,
         )
 
 

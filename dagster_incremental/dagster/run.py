@@ -84,6 +84,7 @@ class Plan:
     restart: bool = False  # ignore the stored cursor: start from initial_value (full refresh)
     stateless: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
+    last_run: datetime | None = None  # when the run whose cursor this one continues committed
 
 
 class Runner:
@@ -121,6 +122,7 @@ class Runner:
         io = getattr(context.resources, self.io_manager_key)
         plan = self._plan(context, config)
         stored, table_snapshot = self._stored_states(context, io, plan)
+        plan.last_run = _last_run(stored.get(plan.scope))
         if plan.scope is not None and stored[plan.scope].state is None:
             # The open window's first run loads the whole window: replace what a backfill may
             # already have put there instead of adding to it.
@@ -362,6 +364,7 @@ class Runner:
                     window=windows.get(name, plan.window),
                     stateless=plan.stateless,
                     inherited_primary_key=self.settings.primary_key or None,
+                    last_run=plan.last_run,
                 )
             except CursorStateMismatch as exc:
                 if "cursor_type" not in getattr(exc, "changed", ()):
@@ -489,6 +492,14 @@ def full_refresh_instructions(op_name: str) -> str:
         "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
         "`dagster asset materialize ... --config-json` with the same."
     )
+
+
+def _last_run(stored: StoredState | None) -> datetime | None:
+    """When the run that left the cursor in force committed it (its materialization, or the
+    table commit when that is newer); None when no run did (nothing yet, a runless reset)."""
+    if stored is None or stored.state is None or stored.run_id is None or stored.timestamp is None:
+        return None
+    return datetime.fromtimestamp(stored.timestamp, timezone.utc)
 
 
 def _ranged(context) -> bool:

@@ -970,3 +970,11 @@ def test_boundary_keys_are_stored_as_values_and_states_of_version_1_still_dedup(
     assert spec.bind(run.state).filter(again) == [{"id": "ev_3", "at": 5}]
     old = {**run.state, "version": 1, "boundary": {**run.state["boundary"], "keys": ['"ev_1"', '"ev_2"']}}
     assert spec.bind(old).filter(again) == [{"id": "ev_3", "at": 5}]
+
+
+def test_last_run_is_given_by_the_caller_and_shown_as_utc():
+    spec = incremental("ts", initial_value=5)
+    assert spec.last_run is None and spec.bind({"last_value": 7}).last_run is None
+    at = dt.datetime(2024, 3, 1, 13, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    run = spec.bind({"last_value": 7}, last_run=at)
+    assert run.last_run == pendulum.datetime(2024, 3, 1, 12) and run.last_run.timezone_name == "UTC"

@@ -504,6 +504,38 @@ def test_a_cursor_reported_by_hand_wins_over_the_table(spark, instance, io_manag
     assert [r["v"] for r in table_rows(spark, io_manager, "orders_reset")] == ["a", "a", "corrected", "a"]
 
 
+def test_last_run_is_when_the_previous_run_committed(spark, instance, io_manager, config_file):
+    """`last_run` (OndatraSQL's): None on a first run; then the time of the materialization whose
+    cursor the run continues (a run that found nothing new counts); None after a full refresh
+    and after a cursor reset by hand (no run made that cursor)."""
+    source = [{"id": 1, "updated_at": iso(1)}]
+    seen = []
+
+    @incremental_asset(primary_key="id", write_disposition="merge", config_path=config_file)
+    def orders_lr(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        seen.append(updated_at.last_run)
+        return list(source)
+
+    def committed_at():
+        return datetime.fromtimestamp(instance.get_latest_materialization_event(dg.AssetKey("orders_lr")).timestamp,
+                                      timezone.utc)
+
+    run(orders_lr, instance, io_manager)
+    first = committed_at()
+    run(orders_lr, instance, io_manager)  # nothing new
+    second = committed_at()
+    source.append({"id": 2, "updated_at": iso(2)})
+    run(orders_lr, instance, io_manager)
+    assert seen == [None, first, second] and first < second
+    run(orders_lr, instance, io_manager, run_config={**QUIET, "ops": {"orders_lr": {"config": {"full_refresh": True}}}})
+    assert seen[-1] is None
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key="orders_lr",
+        metadata={"dagster_incremental/state": {"last_value": iso(1)}, "dagster_incremental/mode": "incremental"}))
+    run(orders_lr, instance, io_manager)
+    assert seen[-1] is None
+
+
 def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
     from dagster_incremental.spark import maintenance
     monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_ROWS", 1)  # this tiny table qualifies
