@@ -115,13 +115,6 @@ class CursorState:
         }
         return copy.deepcopy({**{k: v for k, v in out.items() if k not in self.absent}, **self.extra})
 
-    def to_json(self) -> str:
-        return state_json(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str) -> CursorState:
-        return cls.from_dict(json.loads(text))
-
     @classmethod
     def from_dict(cls, raw: Any) -> CursorState:
         """Read a stored state (either version); raises CursorStateMismatch naming what is wrong."""
@@ -189,9 +182,6 @@ class AssetState:
             out[WRITE_KEYS] = copy.deepcopy(dict(self.write_keys))
         return out
 
-    def to_json(self) -> str:
-        return state_json(self.to_dict())
-
     @classmethod
     def from_dict(cls, raw: Any, names: Sequence[str]) -> AssetState:
         """Read the state of an asset whose incremental arguments are `names`; None: no state."""
@@ -210,9 +200,6 @@ class AssetState:
         }
         return cls(parts, several, write_keys)
 
-    @classmethod
-    def from_json(cls, text: str, names: Sequence[str]) -> AssetState:
-        return cls.from_dict(json.loads(text), names)
 
 
 def resumable(state: Mapping[str, Any]) -> dict[str, Any]:

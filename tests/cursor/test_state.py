@@ -40,17 +40,22 @@ PK_ROWS = [
 ]
 
 
+def stored(text: str) -> CursorState:
+    """A state as the state store reads it from Dagster's metadata (a JSON object)."""
+    return CursorState.from_dict(json.loads(text))
+
+
 @pytest.mark.parametrize("text", [V2_PK, V2_CONTENT, V2_COMPOSITE_MIN, V2_LAG, V1_PK])
 def test_stored_json_round_trips_unchanged(text):
-    state = CursorState.from_json(text)
-    assert state.to_json() == text
-    assert CursorState.from_dict(json.loads(text)).to_dict() == json.loads(text)
+    state = CursorState.from_dict(json.loads(text))
+    assert state_json(state.to_dict()) == text
+    assert state.to_dict() == json.loads(text)
 
 
 def test_runs_write_the_same_json_as_before():
     run = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id").bind()
     run.filter([dict(r) for r in PK_ROWS])
-    assert state_json(run.state) == V2_PK == run.cursor_state.to_json()
+    assert state_json(run.state) == V2_PK == state_json(run.cursor_state.to_dict())
     run = incremental("n").bind()
     run.filter([{"n": 3, "x": 1}, {"n": 3, "x": 2}])
     assert state_json(run.state) == V2_CONTENT
@@ -63,7 +68,7 @@ def test_runs_write_the_same_json_as_before():
 
 
 def test_typed_fields_of_a_stored_state():
-    state = CursorState.from_json(V2_PK)
+    state = stored(V2_PK)
     assert state.version == 2 and state.dedup_key == ("id",) and state.last_value == "2024-01-02T10:00:00Z"
     assert state.boundary == StoredBoundary("2024-01-02T10:00:00Z", ("ev_1", "ev_2"), False)
     assert state.boundary.key_texts(state.version, state.dedup_key) == {'"ev_1"', '"ev_2"'}
@@ -73,14 +78,14 @@ def test_typed_fields_of_a_stored_state():
 def test_both_versions_dedup_the_boundary_rows(text):
     spec = incremental("updated_at", initial_value="2024-01-01T00:00:00Z", primary_key="id")
     again = [{"id": "ev_1", "updated_at": "2024-01-02T10:00:00Z"}, {"id": "ev_3", "updated_at": "2024-01-02T10:00:00Z"}]
-    for given in (json.loads(text), CursorState.from_json(text)):
+    for given in (json.loads(text), stored(text)):
         run = spec.bind(given)
         assert run.filter([dict(r) for r in again]) == [again[1]]
         assert not run.boundary_unverified
 
 
 def test_v1_state_is_read_with_its_keys_as_json_text():
-    state = CursorState.from_json(V1_PK)
+    state = stored(V1_PK)
     assert state.version == 1 and state.boundary.keys == ('"ev_1"', '"ev_2"')
     assert state.boundary.key_texts(1, ("id",)) == {'"ev_1"', '"ev_2"'}
 
@@ -121,15 +126,15 @@ WRITE_KEYS = {"merge_key": [], "primary_key": ["id"], "write_disposition": "appe
 def test_asset_state_with_one_cursor_is_flat():
     raw = {**json.loads(V2_PK), "write_keys": WRITE_KEYS}
     state = AssetState.from_dict(raw, ["updated"])
-    assert state.cursor("updated") == CursorState.from_json(V2_PK) and state.write_keys == WRITE_KEYS
+    assert state.cursor("updated") == stored(V2_PK) and state.write_keys == WRITE_KEYS
     assert state.to_dict() == raw
-    assert AssetState.of({"updated": CursorState.from_json(V2_PK)}, WRITE_KEYS).to_json() == state_json(raw)
+    assert state_json(AssetState.of({"updated": stored(V2_PK)}, WRITE_KEYS).to_dict()) == state_json(raw)
 
 
 def test_asset_state_with_several_cursors_nests_them():
     raw = {"a": json.loads(V2_LAG), "b": json.loads(V2_CONTENT), "write_keys": WRITE_KEYS}
     state = AssetState.from_dict(raw, ["a", "b", "c"])
-    assert state.cursor("b") == CursorState.from_json(V2_CONTENT) and state.cursor("c") is None
+    assert state.cursor("b") == stored(V2_CONTENT) and state.cursor("c") is None
     assert state.to_dict() == raw
 
 
