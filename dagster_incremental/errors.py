@@ -80,14 +80,7 @@ class CursorStateMismatch(IncrementalError):
 
 
 class DataShapeError(IncrementalError):
-    """Rows or a table of a shape the target table cannot take (type conflict, reserved column...).
-
-    `table`: the target table's name, when known.
-    """
-
-    def __init__(self, message: str, *, table: str | None = None) -> None:
-        super().__init__(message)
-        self.table = table
+    """Rows or a table of a shape the target table cannot take (type conflict, reserved column...)."""
 
 
 class JavaNotFound(IncrementalError):

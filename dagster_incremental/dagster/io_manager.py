@@ -355,7 +355,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         raise ConcurrentRunError(
             f"asset {asset_key.to_user_string()}: other writers committed to {batch.spec.table.display} "
             f"during each of this run's {_PUBLISH_ATTEMPTS} attempts to commit, so it wrote nothing. "
-            "Re-run it; limit the asset's concurrency pool to 1 to have runs wait their turn."
+            "Re-run it; limit the asset's concurrency pool to 1 to have runs wait their turn.",
+            asset=asset_key.to_user_string(), table=batch.spec.table.display,
         )
 
     def _commit_lock(self, table: TableRef):
@@ -403,7 +404,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             "nothing (a run commits only if the table still holds the snapshot it read its cursor "
             "from). Re-run it to continue from the new cursor; to have runs of one asset wait their "
             "turn instead of failing, limit its concurrency pool to 1 (dagster.yaml: "
-            "`concurrency: {pools: {default_limit: 1}}`)."
+            "`concurrency: {pools: {default_limit: 1}}`).",
+            asset=asset_key.to_user_string(), table=batch.spec.table.display, other_run=other,
         )
 
     def load_input(self, context: dg.InputContext):

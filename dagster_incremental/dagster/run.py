@@ -334,12 +334,14 @@ class Runner:
         if chosen is None or chosen.overrules is None or chosen.state is not None:
             return
         lost = chosen.overrules
+        table = io.table_name(context.asset_key).display
         raise TableCursorMissing(
-            f"table {io.table_name(context.asset_key).display} holds no cursor of this asset (it was dropped, "
+            f"table {table} holds no cursor of this asset (it was dropped, "
             f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
             f"{self._cursor_text(lost.state)} committed by run {lost.run_id}. Nothing was written. To "
             f"reload everything from initial_value, {full_refresh_instructions(self.settings.name)} If the "
-            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back."
+            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back.",
+            asset=context.asset_key.to_user_string(), table=table, run_id=lost.run_id,
         )
 
     def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:

@@ -172,7 +172,8 @@ def conflicts_as_concurrent_run(table: TableRef) -> Iterator[None]:
         if spark_errors.is_commit_conflict(exc):
             raise ConcurrentRunError(
                 f"table {table}: another writer committed to the table while this run was "
-                "writing, so this run's commit was rejected and nothing was written. Re-run it."
+                "writing, so this run's commit was rejected and nothing was written. Re-run it.",
+                table=table.display,
             ) from exc
         raise
 

@@ -175,6 +175,7 @@ def test_commit_conflicts_become_concurrent_run_errors(spark):
         with conflicts_as_concurrent_run(table):
             raise conflict
     assert caught.value.__cause__ is conflict
+    assert (caught.value.table, caught.value.asset, caught.value.other_run) == ("lake.tw.t", None, None)
     assert is_commit_conflict(java_error(spark, "org.apache.iceberg.exceptions.CommitFailedException", "Version 3 already exists"))
     # the class decides, not the text: a message naming the exception is not one
     assert not is_commit_conflict(RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: Version 3"))
