@@ -120,7 +120,7 @@ def _key_fields(schema: pa.Schema, primary_key: Sequence[str], case_sensitive: b
     fields = [by_name.get(norm(k)) for k in primary_key]
     if any(f is None or not exact_key_type(f.type) for f in fields):
         return None
-    return fields  # type: ignore[return-value]
+    return fields
 
 
 def tombstones(batch: pa.Table, column: str | None) -> pa.Array:

@@ -174,7 +174,9 @@ def stage_batches(
 
 def _top_level_cursor(run: Any) -> bool:
     path = getattr(getattr(run, "spec", None), "cursor_path", None)
-    return bool(path) and not any(c in path for c in ".$[*") and not run.spec.is_callable
+    if not path:
+        return False
+    return not any(c in path for c in ".$[*") and not run.spec.is_callable
 
 
 def _page_as_arrow(page: list[dict]) -> Any:
