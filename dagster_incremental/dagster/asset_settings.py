@@ -17,6 +17,7 @@ import dagster as dg
 
 from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.partition_scope import TenantPartitions, check_keys, tenant_partitions
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.errors import find_name, section_text, suggest
@@ -52,6 +53,7 @@ class AssetSettings:
     dedup_sort: tuple[str, str] | None
     partition_by: tuple[str, ...]
     partitions_def: dg.PartitionsDefinition | None
+    tenants: TenantPartitions | None  # static or tenant x day partitions: a cursor per tenant
     pool: str | None
     cursors: Mapping[str, IncrementalSpec]  # parameter name -> spec
     table: TableRef
@@ -136,11 +138,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     parts_def = decorator.get("partitions_def")
     if options.partitions is not None:
         parts_def = _partitions_from_config(options.partitions)
-    if parts_def is not None and not isinstance(parts_def, dg.TimeWindowPartitionsDefinition):
-        raise IncrementalConfigError(
-            f"asset {asset_name!r}: partitions_def must be a TimeWindowPartitionsDefinition "
-            f"(time windows drive backfills), got {type(parts_def).__name__}"
-        )
+    tenants = tenant_partitions(asset_name, parts_def, options.partition_column)
+    check_keys(asset_name, tenants, write.merge_strategy, options.primary_key or (), options.merge_key or ())
     prefix_parts = options.key_prefix or ()
     secrets = SecretsFile.beside(cfg)
     # Checked now so a stray key fails the code location; the values read here are dropped.
@@ -163,6 +162,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         dedup_sort=options.dedup_sort,
         partition_by=options.partition_by or (),
         partitions_def=parts_def,
+        tenants=tenants,
         pool=options.concurrency_pool,
         cursors=cursors,
         table=table,

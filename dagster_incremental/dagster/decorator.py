@@ -40,6 +40,7 @@ def incremental_asset(
     columns: Mapping[str, Mapping[str, Any]] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_by: str | Sequence[str] | None = None,
+    partition_column: str | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -61,6 +62,7 @@ def incremental_asset(
     columns: Mapping[str, Mapping[str, Any]] | None = None,
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_by: str | Sequence[str] | None = None,
+    partition_column: str | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -79,6 +81,8 @@ def incremental_asset(
 
     `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
     cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
+    `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
+    and `partition_column` names the column that holds a row's tenant.
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
     Examples:
@@ -99,6 +103,7 @@ def incremental_asset(
             func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
             primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
             columns=columns, partitions_def=partitions_def, partition_by=partition_by,
+            partition_column=partition_column,
             config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
         for text in settings.warnings():  # the run logs them again, where operators look
@@ -155,7 +160,9 @@ def _description(settings: AssetSettings) -> str:
 def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwargs: Mapping[str, Any]) -> dg.AssetsDefinition:
     runner = Runner(func, settings, io_manager_key)
     kwargs = dict(asset_kwargs)
-    if settings.partitions_def is not None:
+    if settings.tenants is not None:  # a run binds one tenant's cursor: one run per partition
+        kwargs.setdefault("backfill_policy", dg.BackfillPolicy.multi_run(max_partitions_per_run=1))
+    elif settings.partitions_def is not None:
         kwargs.setdefault("backfill_policy", dg.BackfillPolicy.single_run())
     # Each asset gets its own pool: limited to 1 in dagster.yaml, runs of one asset wait their
     # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.

@@ -26,6 +26,7 @@ from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.local.stage import stage_batches
+from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan
 from dagster_incremental.dagster.partition_counts import RangeCommit, partition_figures, partition_windows
 from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
 from dagster_incremental.spark.local.rows import LocalRows
@@ -85,6 +86,7 @@ class Plan:
     stateless: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
     last_run: datetime | None = None  # when the run whose cursor this one continues committed
+    rows_of: tuple[str, str] | None = None  # (column, tenant): the only rows a tenant's run may touch
 
 
 class Runner:
@@ -135,7 +137,7 @@ class Runner:
             runs = self.bind(context, plan, in_force)
             slices = plan_slices(runs, self.sliced)
             if slices is None:
-                frame, staged = self.load(context, io, runs, spec, secret_kwargs)
+                frame, staged = self.load(context, io, runs, spec, secret_kwargs, plan.rows_of)
         if slices is not None:
             return SlicedRun(self, context, io, plan, stored, spec, started).run(
                 runs, slices, in_force, table_snapshot, secret_kwargs, redactor
@@ -163,11 +165,15 @@ class Runner:
         commits = [RangeCommit(tuple(plan.window or window), batch.spec, result)]
         return self.output(context, None, plan, stored, state, window, extra, commits)
 
-    def load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any]):
-        """Call the function, filter and stage what it gives: (the writer's data, the staged batch)."""
+    def load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any],
+             rows_of: tuple[str, str] | None = None):
+        """Call the function, filter and stage what it gives: (the writer's data, the staged batch).
+        A tenant's run (`rows_of`) is refused rows of another tenant."""
         output = self._call(context, runs, secret_kwargs)
         staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
-        return drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec), staged
+        frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
+        check_rows(context.asset_key.to_user_string(), frame, rows_of)
+        return frame, staged
 
     def batch_for(self, context, plan: Plan, spec: WriteSpec, frame, staged, state, expected_snapshot, started,
                window: WindowReplace | None) -> IncrementalBatch:
@@ -231,6 +237,9 @@ class Runner:
 
     def _plan(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig) -> Plan:
         partitioned = context.has_partition_key or context.has_partition_key_range
+        if partitioned and self.settings.tenants is not None:
+            asset = context.asset_key.to_user_string()
+            return Plan(**tenant_plan(asset, self.settings.tenants, context, config, self.settings.disposition))
         if partitioned:
             if config.end_value or config.initial_value:
                 raise dg.Failure(
@@ -391,14 +400,17 @@ class Runner:
         if not plan.window_replace:
             return None
         column = self.settings.window_column
-        if column is None or self.settings.strategy == "scd2":
-            return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
         if plan.window is not None:
             start, end = plan.window
+        elif plan.rows_of is not None and (plan.restart or self.settings.disposition == "replace"):
+            start, end = None, None  # all the tenant's rows: its full refresh, or a replace asset's run
+            column = column or plan.rows_of[0]
         else:
             run = next(iter(runs.values()))
             start, end = run.start_value, run.end_value
-        return WindowReplace(column=column, start=start, end=end)
+        if column is None or self.settings.strategy == "scd2":
+            return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
+        return WindowReplace(column=column, start=start, end=end, rows_of=plan.rows_of)
 
     # -- execution -------------------------------------------------------------------------------
 

@@ -92,7 +92,8 @@ class SlicedRun:
             try:
                 with user_errors(asset, redactor):
                     slice_runs = self.runner.bind(self.context, self.plan, in_force, {self.name: window})
-                    frame, staged = self.runner.load(self.context, self.io, slice_runs, self.spec, secret_kwargs)
+                    frame, staged = self.runner.load(self.context, self.io, slice_runs, self.spec, secret_kwargs,
+                                                      self.plan.rows_of)
                 state = self._state(slice_runs, whole)
                 window_replace = _sub_window(replace, window, index, len(bounds))
                 plan, spec = self._write_for(index, window_replace)

@@ -260,6 +260,8 @@ class AssetOptions(Table):
                        _hint("use a table of column -> hints, e.g. {is_deleted = {hard_delete = true}}")] = None
     partition_by: Names | None = None
     partitions: Partitions | None = None
+    # static partitions (tenants): the column holding a row's partition key
+    partition_column: Text | None = None
     concurrency_pool: Text | None = None
     # the cursor must be within this of now (the cursor_fresh asset check)
     freshness: Annotated[timedelta | None, PlainValidator(check.freshness), FromEnv(env.read_number_or_text),

@@ -255,7 +255,7 @@ def _window_net(
     an update when the key is back in the window, else a delete). Those rows are found from the
     live row counts of the two snapshots; only when there are some are their keys looked up."""
     bounds = (window.start, window.end)
-    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [bounds], keys)[0]
+    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [bounds], keys, rows_of=window.rows_of)[0]
     if snapshot.parent_id is None:
         return net
     before = live_row_count(dict(iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
@@ -279,7 +279,7 @@ def _moved_in(
     after = read(snapshot.snapshot_id)
     ref = F.col(quote(resolve_column(table, after.schema, window.column)))
     names = [resolve_column(table, after.schema, k) for k in keys]
-    inside = _inside(ref, window.start, window.end)
+    inside = _inside(ref, window.start, window.end) & _only(table, after, window.rows_of)
     columns = [F.col(quote(k)) for k in names]
     new = after.where(inside).select(*columns).distinct()
     old = read(snapshot.parent_id).where(~inside).select(*columns)
@@ -293,14 +293,17 @@ def window_counts(
     column: str,
     windows: Sequence[tuple[Any, Any]],
     keys: Sequence[str],
+    rows_of: tuple[str, Any] | None = None,
 ) -> list[Counts]:
     """What commit `snapshot_id` (a window replace) inserted, updated and deleted in each window
     [start, end) of `column` (e.g. each partition of a ranged run that committed once), counted
     as commit_result counted the whole commit, grouped by window in one aggregate: the windows'
     rows of the parent snapshot (removed) and of this one (added), netted (identical rows
-    cancel, per key a removed+added pair is an update), however the commit wrote its files."""
+    cancel, per key a removed+added pair is an update), however the commit wrote its files.
+    rows_of (column, value): count only those rows (one tenant's)."""
     parent = iceberg_table(spark, table).snapshot(snapshot_id).parentId()
     after = spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
+    after = after.where(_only(table, after, rows_of))
     names = after.columns
     ref = F.col(quote(resolve_column(table, after.schema, column)))
     key_names = [resolve_column(table, after.schema, k) for k in keys]
@@ -308,6 +311,7 @@ def window_counts(
     if parent is not None:
         before = spark.read.option("snapshot-id", str(parent)).table(table.sql)
         missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
+        before = before.where(_only(table, before, rows_of))
         before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
         signed = signed.unionByName(_windowed(before, names, ref, key_names, windows, -1))
     counted = _net_counts(signed, len(keys), by=("window",))
@@ -338,6 +342,13 @@ def _inside(ref: Any, start: Any, end: Any) -> Any:
     if end is not None:
         inside = inside & (ref < F.lit(end))
     return inside
+
+
+def _only(table: TableRef, frame: DataFrame, rows_of: tuple[str, Any] | None) -> Any:
+    """The rows whose column holds the value (rows_of: (column, value)); all rows without."""
+    if rows_of is None:
+        return F.lit(True)
+    return F.col(quote(resolve_column(table, frame.schema, rows_of[0]))) == F.lit(rows_of[1])
 
 
 def _row_text(names: Sequence[str]) -> Any:

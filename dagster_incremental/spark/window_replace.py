@@ -3,6 +3,7 @@ carries the cursor (partitioned runs and backfills), whatever the table's layout
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -50,6 +51,8 @@ def replace_window(
     batch still clears the window.
     """
     column = resolve_column(commit.table, table_schema, window.column)
+    if window.rows_of is not None:
+        window = replace(window, rows_of=(resolve_column(commit.table, table_schema, window.rows_of[0]), window.rows_of[1]))
     if rows is None:
         rows = spark.createDataFrame([], table_schema)
     source = _window_source(spark, rows, table_schema, column, window)
@@ -121,6 +124,8 @@ def _inside(ref: Column, window: WindowReplace) -> Column:
         inside = inside & (ref >= F.lit(sql_param(window.start)))
     if window.end is not None:
         inside = inside & (ref < F.lit(sql_param(window.end)))
+    if window.rows_of is not None:
+        inside = inside & (F.col(quote(window.rows_of[0])) == F.lit(window.rows_of[1]))
     return inside
 
 
@@ -134,6 +139,9 @@ def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, A
     if window.end is not None:
         bounds.append(f"{target_col} < :di_window_end")
         args["di_window_end"] = sql_param(window.end)
+    if window.rows_of is not None:
+        bounds.append(f"t.{quote(window.rows_of[0])} = :di_window_only")
+        args["di_window_only"] = window.rows_of[1]
     return " AND ".join(bounds) or "TRUE", args
 
 

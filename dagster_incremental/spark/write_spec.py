@@ -57,6 +57,7 @@ class WindowReplace:
     column: str
     start: Any  # a python datetime/date/number literal; never SQL text
     end: Any
+    rows_of: tuple[str, Any] | None = None  # (column, value): only these rows, e.g. one tenant's
 
 
 @dataclass(frozen=True)
