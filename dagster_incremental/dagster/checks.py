@@ -99,8 +99,9 @@ def evaluate_checks(context, io, settings, batch: IncrementalBatch, state: Any) 
 
 def _live_state(io, settings, batch: IncrementalBatch, state: Any) -> Any:
     """A backfill of partitions runs without the live cursor (each partition has its own):
-    take the newest cursor committed to the table, whatever its partition."""
-    if batch.mode != "backfill" or settings.partitions_def is None:
+    take the newest cursor committed to the table, whatever its partition (a tenant's backfill
+    has its tenant's)."""
+    if batch.mode != "backfill" or settings.partitions_def is None or state is not None:
         return state
     committed = io.committed_state(dg.AssetKey([*settings.key_prefix, settings.name]))
     return committed.state if committed is not None else None
@@ -187,7 +188,8 @@ def _key_scope(settings, batch: IncrementalBatch) -> str:
     """Which rows the count covers, in words; also what makes two evaluations comparable."""
     if batch.window is not None:
         w = batch.window
-        return f"rows with {w.column} in [{md.json_safe(w.start)}, {md.json_safe(w.end)})"
+        tenant = f" and {w.rows_of[0]} = {w.rows_of[1]!r}" if w.rows_of is not None else ""
+        return f"rows with {w.column} in [{md.json_safe(w.start)}, {md.json_safe(w.end)}){tenant}"
     return "current versions" if settings.strategy == "scd2" else "whole table"
 
 

@@ -130,7 +130,9 @@ def tenant_plan(asset: str, tenants: TenantPartitions, context: Any, config: Any
         overrides = {"end_value": config.end_value}
         if config.initial_value is not None:
             overrides["initial_value"] = config.initial_value
-        return dict(mode="backfill", window_replace=True, stateless=True, overrides=overrides, rows_of=rows_of)
+        # scope: the tenant's cursor is read (and reported, unchanged), never written
+        return dict(mode="backfill", scope=key, window_replace=True, stateless=True, overrides=overrides,
+                    rows_of=rows_of)
     # a replace asset replaces the tenant's rows on every run; a full refresh restarts its cursor
     replaces = config.full_refresh or disposition == "replace"
     return dict(mode="incremental", scope=key, restart=config.full_refresh, window_replace=replaces, rows_of=rows_of)

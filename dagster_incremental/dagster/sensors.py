@@ -45,7 +45,9 @@ def build_incremental_sensor(
             is compared with. A probe may instead return `{argument: high-water mark}`: a run is
             requested when any of them is beyond its argument's cursor.
 
-    For a partitioned asset the request targets the newest (open) partition.
+    For a partitioned asset the request targets the newest (open) partition. An asset with a
+    cursor per tenant (static or tenant x day partitions) calls `probe(tenant="acme")` once per
+    tenant and requests each tenant whose source is ahead of its own cursor (its open day).
 
     Examples:
         .. code-block:: python
@@ -57,6 +59,7 @@ def build_incremental_sensor(
     call_probe = _probe_with_secrets(asset, probe) if inspect.signature(probe).parameters else probe
     sensor_name = name or f"{key.to_python_identifier()}_incremental_sensor"
     names = _cursor_names(asset, cursor)
+    tenants = _tenants(asset, probe)
 
     @dg.sensor(
         name=sensor_name,
@@ -66,6 +69,11 @@ def build_incremental_sensor(
         description=description or f"Requests {key.to_user_string()} when its source is ahead of the cursor.",
     )
     def _sensor(context: dg.SensorEvaluationContext):
+        if tenants is not None:
+            from dagster_incremental.dagster.tenant_sensor import tenant_requests
+
+            return tenant_requests(context, key, tenants, partitions_def, call_probe,
+                                   lambda hwm: _marks(hwm, names, cursor, key), names)
         marks = _marks(call_probe(), names, cursor, key)
         if not marks:
             return dg.SkipReason("the source is empty")
@@ -83,28 +91,52 @@ def _evaluate(
     names: tuple[str, ...],
 ) -> dg.SkipReason | dg.SensorResult:
     """Skip, or request a run when a high-water mark is beyond its cursor (once per mark)."""
-    stored = latest_dagster_state(context.instance, key, partition=partition)
-    state = AssetState.from_dict(stored.state if stored else None, names)
-    compared = {arg: _compare(hwm, state.cursor(arg)) for arg, hwm in marks.items()}
-    hwm_text = _text({arg: text for arg, (text, _, _) in compared.items()}, names)
-    if not any(beyond for _, beyond, _ in compared.values()):
-        cursors = _text({arg: last for arg, (_, _, last) in compared.items()}, names)
-        return dg.SkipReason(f"source high-water mark {hwm_text} is not beyond the cursor {cursors}")
+    hwm_text, skip = ahead_of_cursor(context.instance, key, partition, marks, names)
+    if skip is not None:
+        return dg.SkipReason(skip)
     requested = json.loads(context.cursor)["requested"] if context.cursor else None
     if requested == hwm_text:
         return dg.SkipReason(f"a run for {hwm_text} was already requested")
-    run_key = f"{key.to_user_string()}:{partition or ''}:{hwm_text}"
     return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(
-                run_key=run_key,
-                asset_selection=[key],
-                partition_key=partition,
-                tags={"dagster_incremental/trigger": "sensor", "dagster_incremental/source_hwm": hwm_text},
-            )
-        ],
-        cursor=json.dumps({"requested": hwm_text}),
+        run_requests=[run_request(key, partition, hwm_text)], cursor=json.dumps({"requested": hwm_text})
     )
+
+
+def ahead_of_cursor(instance, key: dg.AssetKey, partition: str | None, marks: Mapping[str | None, Any],
+                    names: tuple[str, ...]) -> tuple[str, str | None]:
+    """(the marks as text, None when one is beyond its cursor of `partition`, else why not)."""
+    stored = latest_dagster_state(instance, key, partition=partition)
+    state = AssetState.from_dict(stored.state if stored else None, names)
+    compared = {arg: _compare(hwm, state.cursor(arg)) for arg, hwm in marks.items()}
+    hwm_text = _text({arg: text for arg, (text, _, _) in compared.items()}, names)
+    if any(beyond for _, beyond, _ in compared.values()):
+        return hwm_text, None
+    cursors = _text({arg: last for arg, (_, _, last) in compared.items()}, names)
+    return hwm_text, f"source high-water mark {hwm_text} is not beyond the cursor {cursors}"
+
+
+def run_request(key: dg.AssetKey, partition: str | None, hwm_text: str) -> dg.RunRequest:
+    return dg.RunRequest(
+        run_key=f"{key.to_user_string()}:{partition or ''}:{hwm_text}",
+        asset_selection=[key],
+        partition_key=partition,
+        tags={"dagster_incremental/trigger": "sensor", "dagster_incremental/source_hwm": hwm_text},
+    )
+
+
+def _tenants(asset: dg.AssetsDefinition, probe: Callable[..., Any]):
+    """The asset's tenant partitions (None: one cursor); its probe must then take `tenant`."""
+    from dagster_incremental.dagster.decorator import incremental_settings
+
+    settings = incremental_settings(asset)
+    tenants = settings.tenants if settings is not None else None
+    if tenants is not None and "tenant" not in inspect.signature(probe).parameters:
+        raise IncrementalConfigError(
+            f"build_incremental_sensor({asset.key.to_user_string()}): the asset keeps a cursor per tenant, "
+            "so its probe is asked once per tenant: give it a `tenant` parameter "
+            "(`def probe(tenant): return max_updated_at(tenant)`)"
+        )
+    return tenants
 
 
 def _cursor_names(asset: dg.AssetsDefinition, cursor: str | None) -> tuple[str, ...]:
@@ -161,7 +193,7 @@ def _text(values: Mapping[str | None, Any], names: tuple[str, ...]) -> str:
     return ",".join(f"{arg}={values[arg]}" for arg in sorted(values, key=lambda a: order.get(a, len(order))))
 
 
-def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[[], Any]:
+def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[..., Any]:
     """`probe` called with the secrets of `[assets.<asset>]` it names; errors holding one are masked."""
     from dagster_incremental.dagster.decorator import incremental_settings
     from dagster_incremental.dagster.run import load_run_secrets
@@ -170,10 +202,10 @@ def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -
     if settings is None:
         return probe
 
-    def call() -> Any:
+    def call(**given: Any) -> Any:
         kwargs, redactor = load_run_secrets(settings, probe, strict=False)
         try:
-            return probe(**kwargs)
+            return probe(**kwargs, **given)
         except Exception as exc:
             masked = redactor.checked(exc, f"sensor probe of {asset.key.to_user_string()}: ")
             if masked is not None:

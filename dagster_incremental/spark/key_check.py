@@ -90,4 +90,6 @@ def _inside(window: WindowReplace):
         if bound is None:
             continue
         condition = condition & inside(F.lit(sql_param(bound)))
+    if window.rows_of is not None:  # one tenant's rows
+        condition = condition & (F.col(quote(window.rows_of[0])) == F.lit(window.rows_of[1]))
     return condition

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 import pytest
 
-from dagster_incremental import Incremental, incremental, incremental_asset
+from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -93,6 +93,39 @@ def test_merge_keys_without_the_tenant_column_are_refused(plain_config):
     with pytest.raises(IncrementalConfigError, match=r"partition column 'tenant'"):
         define(plain_config, by_day, primary_key="id", write_disposition=merge)
     assert define(plain_config, by_day, primary_key=["tenant", "id"], write_disposition=merge) is not None
+
+
+def test_the_sensor_asks_each_tenant_and_requests_only_those_ahead_of_their_own_cursor(plain_config, instance, tmp_path):
+    asset = define(plain_config, TENANTS, partition_column="tenant")
+    for tenant, day in (("acme", 3), ("globex", 5)):
+        instance.report_runless_asset_event(dg.AssetMaterialization(
+            asset_key="tenant_orders", partition=tenant,
+            metadata={STATE: {"last_value": iso(day)}, "dagster_incremental/mode": "incremental"},
+        ))
+    source = {"acme": iso(4), "globex": iso(5)}
+    asked = []
+
+    def probe(tenant):
+        asked.append(tenant)
+        return source[tenant]
+
+    sensor = build_incremental_sensor(asset, probe=probe)
+    io = SparkTableIOManager(warehouse=str(tmp_path / "wh"))
+    defs = dg.Definitions(assets=[asset], sensors=[sensor], resources={"io_manager": io})
+    first = sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert asked == ["acme", "globex"]
+    assert [r.partition_key for r in first.run_requests] == ["acme"]  # globex is at its source's mark
+    again = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs))
+    assert isinstance(again, dg.SkipReason) and "acme: a run for" in again.skip_message
+    source["globex"] = iso(6)
+    moved = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, definitions=defs))
+    assert [r.partition_key for r in moved.run_requests] == ["globex"]
+
+
+def test_a_sensor_probe_of_a_tenant_asset_must_take_the_tenant(plain_config):
+    asset = define(plain_config, TENANTS, partition_column="tenant")
+    with pytest.raises(IncrementalConfigError, match=r"build_incremental_sensor\(tenant_orders\): .* give it a `tenant` parameter"):
+        build_incremental_sensor(asset, probe=lambda: iso(1))
 
 
 # -- runs (Spark) ------------------------------------------------------------------------------------
