@@ -107,6 +107,22 @@ def check_keys(asset: str, tenants: TenantPartitions | None, strategy: str | Non
             )
 
 
+def tenant_keys(tenants: TenantPartitions, partitions_def: Any) -> list[str]:
+    """Every tenant's key (the static dimension's, for tenant x day)."""
+    if tenants.static_dimension is None:
+        return list(partitions_def.get_partition_keys())
+    return list(partitions_def.get_partitions_def_for_dimension(tenants.static_dimension).get_partition_keys())
+
+
+def open_partition(tenants: TenantPartitions, partitions_def: Any, tenant: str) -> str:
+    """The partition that holds the tenant's live cursor: the tenant's own, or its newest day."""
+    if tenants.time_dimension is None:
+        return tenant
+    days = partitions_def.get_partitions_def_for_dimension(tenants.time_dimension)
+    return str(dg.MultiPartitionKey({tenants.time_dimension: days.get_last_partition_key(),
+                                     tenants.static_dimension: tenant}))
+
+
 # -- one run --------------------------------------------------------------------------------------
 
 

@@ -111,9 +111,7 @@ class _Target:
         if settings is None:
             raise StateCommandError(f"asset {asset_name!r} is not an @incremental_asset: it has no cursor")
         if (partition is None) != (settings.partitions_def is None):
-            hint = ("give --partition (its open partition, "
-                    f"{settings.partitions_def.get_last_partition_key()}, has the live cursor)"
-                    if partition is None else "drop --partition")
+            hint = _partition_hint(settings) if partition is None else "drop --partition"
             raise StateCommandError(f"asset {asset_name!r} is {'' if partition is None else 'not '}partitioned: {hint}")
         return cls(asset_name, asset, settings, repo, partition)
 
@@ -282,3 +280,14 @@ def _iso(when: Any) -> str:
     if isinstance(when, datetime):
         return format_instant(when.replace(microsecond=0) if when.tzinfo else when.replace(tzinfo=timezone.utc, microsecond=0))
     return "an unknown time"
+
+
+def _partition_hint(settings) -> str:
+    """Which --partition holds a live cursor: the open one, or each tenant's (its open day)."""
+    if settings.tenants is None:
+        return f"give --partition (its open partition, {settings.partitions_def.get_last_partition_key()}, has the live cursor)"
+    from dagster_incremental.dagster.partition_scope import open_partition, tenant_keys
+
+    keys = [open_partition(settings.tenants, settings.partitions_def, t)
+            for t in tenant_keys(settings.tenants, settings.partitions_def)]
+    return f"give --partition: each tenant has its own cursor ({', '.join(keys)})"

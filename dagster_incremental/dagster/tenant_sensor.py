@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.dagster.partition_scope import TenantPartitions
+from dagster_incremental.dagster.partition_scope import TenantPartitions, open_partition, tenant_keys
 from dagster_incremental.dagster.sensors import ahead_of_cursor, run_request
 
 
@@ -40,19 +40,3 @@ def tenant_requests(context: dg.SensorEvaluationContext, key: dg.AssetKey, tenan
     if not requests:
         return dg.SkipReason("; ".join(skipped))
     return dg.SensorResult(run_requests=requests, cursor=json.dumps({"requested": requested}))
-
-
-def tenant_keys(tenants: TenantPartitions, partitions_def: Any) -> list[str]:
-    """Every tenant's key (the static dimension's, for tenant x day)."""
-    if tenants.static_dimension is None:
-        return list(partitions_def.get_partition_keys())
-    return list(partitions_def.get_partitions_def_for_dimension(tenants.static_dimension).get_partition_keys())
-
-
-def open_partition(tenants: TenantPartitions, partitions_def: Any, tenant: str) -> str:
-    """The partition that holds the tenant's live cursor: the tenant's own, or its newest day."""
-    if tenants.time_dimension is None:
-        return tenant
-    days = partitions_def.get_partitions_def_for_dimension(tenants.time_dimension)
-    return str(dg.MultiPartitionKey({tenants.time_dimension: days.get_last_partition_key(),
-                                     tenants.static_dimension: tenant}))

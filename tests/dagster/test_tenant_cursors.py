@@ -128,6 +128,27 @@ def test_a_sensor_probe_of_a_tenant_asset_must_take_the_tenant(plain_config):
         build_incremental_sensor(asset, probe=lambda: iso(1))
 
 
+def test_state_show_without_partition_lists_each_tenants_cursor_partition(plain_config, tmp_path, monkeypatch, capsys):
+    from dagster_incremental.dagster.state_cli import main
+
+    name = "tenant_location_" + uuid.uuid4().hex[:8]
+    (tmp_path / f"{name}.py").write_text(
+        "import dagster as dg\n"
+        "from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset\n"
+        "days = dg.DailyPartitionsDefinition(start_date='2024-01-01', end_date='2024-01-03')\n"
+        "tenants = dg.StaticPartitionsDefinition(['acme', 'globex'])\n"
+        f"@incremental_asset(partitions_def=dg.MultiPartitionsDefinition({{'day': days, 'tenant': tenants}}), config_path={plain_config!r})\n"
+        "def events(at: Incremental = incremental('at')):\n"
+        "    return []\n"
+        f"defs = dg.Definitions(assets=[events], resources={{'io_manager': SparkTableIOManager.from_config({plain_config!r})}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert main(["show", "events", "-m", name]) != 0
+    err = capsys.readouterr().err
+    assert "give --partition: each tenant has its own cursor (2024-01-02|acme, 2024-01-02|globex)" in err
+
+
 # -- runs (Spark) ------------------------------------------------------------------------------------
 
 
@@ -304,3 +325,24 @@ def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backf
     # acme's open day still continues from its own cursor
     run(events_td, instance, io_manager, key(today, "acme"))
     assert seen[-1][0] == "acme" and seen[-1][1] == today + timedelta(hours=2)
+
+
+def test_a_replace_asset_replaces_only_the_tenants_rows_and_a_spark_frame_is_checked_too(spark, instance, io_manager, config_file):
+    source = Source()
+    extra: list[dict] = []
+
+    @incremental_asset(partitions_def=TENANTS, partition_column="tenant", write_disposition="replace", config_path=config_file)
+    def orders_r(context: dg.AssetExecutionContext, updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return spark.createDataFrame(source.orders[context.partition_key] + extra)
+
+    run(orders_r, instance, io_manager, "acme")
+    run(orders_r, instance, io_manager, "globex")
+    source.orders["acme"] = [{"tenant": "acme", "id": 9, "amount": 9, "updated_at": at(8)}]
+    assert run(orders_r, instance, io_manager, "acme").success
+    assert rows(spark, io_manager, "orders_r") == [("acme", 9, 9), ("globex", 1, 101), ("globex", 2, 102)]
+
+    extra.append({"tenant": "globex", "id": 5, "amount": 5, "updated_at": at(9)})
+    failed = run(orders_r, instance, io_manager, "acme", raise_on_error=False)
+    assert not failed.success
+    assert "a run of partition 'acme' got a row whose 'tenant' is 'globex'" in failure_text(failed)
+    assert rows(spark, io_manager, "orders_r") == [("acme", 9, 9), ("globex", 1, 101), ("globex", 2, 102)]
