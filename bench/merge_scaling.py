@@ -15,6 +15,7 @@ back the counts. The batch is materialised (cached) before timing; the base load
     python -m bench.merge_scaling --sizes 20000,200000 --changes 1000 --recent-days 1   # quick
     python -m bench.merge_scaling --layout scattered    # ids not correlated with updated_at
     python -m bench.merge_scaling --table-property write.merge.mode=merge-on-read
+    python -m bench.merge_scaling --source arrow --partition-by "" --table-property write.merge.mode=merge-on-read
 
 With the workload's layout (ids grow with updated_at) Iceberg skips the files whose id range
 misses the batch (min/max statistics), even though the library's MERGE carries no partition
@@ -89,8 +90,19 @@ def batch_rows(n: int, changes: int, recent_days: int, layout: str = "correlated
     return out
 
 
+def arrow_batch(rows: list[tuple]):
+    """The batch as local rows (Arrow), as an asset function's output reaches the writer."""
+    import pyarrow as pa
+
+    names = ["id", "customer_id", "status", "amount", "version", "updated_at"]
+    return pa.Table.from_pylist([dict(zip(names, r)) for r in rows]).cast(pa.schema([
+        ("id", pa.int64()), ("customer_id", pa.int64()), ("status", pa.string()), ("amount", pa.float64()),
+        ("version", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC")),
+    ]))
+
+
 def measure(spark, writer, size: int, changes: int, recent_days: int, repeats: int, partition_by, timer,
-            layout: str = "correlated", properties: dict | None = None) -> dict:
+            layout: str = "correlated", properties: dict | None = None, source: str = "spark") -> dict:
     from pyspark.sql import types as T
 
     from dagster_incremental.spark.table_ref import TableRef
@@ -112,15 +124,20 @@ def measure(spark, writer, size: int, changes: int, recent_days: int, repeats: i
     ])
     seconds, phases, results = [], [], []
     for rep in range(repeats):
-        batch = spark.createDataFrame(batch_rows(size + rep * changes, changes, recent_days, layout, size), schema).cache()
-        batch.count()
+        rows = batch_rows(size + rep * changes, changes, recent_days, layout, size)
+        if source == "arrow":
+            batch = arrow_batch(rows)
+        else:
+            batch = spark.createDataFrame(rows, schema).cache()
+            batch.count()
         timer.reset()
         t = time.perf_counter()
-        result = writer.write(upsert, batch, commit=CommitInfo(state=None, run_id=f"merge{rep}"))
+        result = writer.write(upsert, batch, commit=CommitInfo(state=None, run_id=f"merge{rep}"), deduplicated=source == "arrow")
         seconds.append(round(time.perf_counter() - t, 3))
         phases.append(timer.reset())
         results.append({"inserted": result.rows_inserted, "updated": result.rows_updated, "rows": result.row_count})
-        batch.unpersist()
+        if source != "arrow":
+            batch.unpersist()
         common.log(f"size {size} rep {rep}: {seconds[-1]} s {results[-1]} {phases[-1]}")
     spark.sql(f"DROP TABLE {table} PURGE")
     return {"size": size, "base_load_s": load_s, "data_files": files, "seconds": seconds,
@@ -139,6 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="ids grow with updated_at (the workload) or are scattered over the table")
     ap.add_argument("--table-property", action="append", default=[], metavar="KEY=VALUE",
                     help="extra Iceberg table property, e.g. write.merge.mode=merge-on-read (repeatable)")
+    ap.add_argument("--source", choices=["spark", "arrow"], default="spark",
+                    help="the batch as a cached Spark DataFrame (Spark's MERGE) or as local Arrow rows "
+                    "(merged without Spark where the table allows: unpartitioned, merge-on-read)")
     ap.add_argument("--master", default="local[*]")
     args = ap.parse_args(argv)
     properties = dict(kv.split("=", 1) for kv in args.table_property)
@@ -156,7 +176,8 @@ def main(argv: list[str] | None = None) -> dict:
         writer = TableWriter(spark)
         if not args.no_warmup:
             measure(spark, writer, 20_000, min(args.changes, 1000), 1, 1, partition_by, timer)
-        out = [measure(spark, writer, s, args.changes, args.recent_days, args.repeats, partition_by, timer, args.layout, properties) for s in sizes]
+        out = [measure(spark, writer, s, args.changes, args.recent_days, args.repeats, partition_by, timer, args.layout, properties, args.source)
+               for s in sizes]
         prunes = prunable_partition_by(
             WriteSpec(table=TableRef("lake", ("bench",), "t"), disposition="merge", strategy="upsert", primary_key=("id",),
                       partition_by=tuple(partition_by)),
@@ -167,6 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
             "recent_days": args.recent_days,
             "partition_by": partition_by,
             "layout": args.layout,
+            "source": args.source,
             "table_properties": properties,
             "library_prunes_on": prunes,
             "sizes": out,

@@ -125,9 +125,13 @@ def test_repeated_merges_fold_earlier_deletes_into_one_delete_file_per_data_file
     assert pyiceberg_rows(spark, local) == pyiceberg_rows(spark, remote)
 
 
-def test_a_partitioned_table_keeps_sparks_merge(spark):
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(partition_by=("bucket(4, id)",)), dict(table_properties={"write.merge.mode": "copy-on-write"})],
+    ids=["partitioned", "copy-on-write"],
+)
+def test_a_partitioned_or_copy_on_write_table_keeps_sparks_merge(spark, kwargs):
     local, remote = new_table("local"), new_table("remote")
-    kwargs = dict(partition_by=("bucket(4, id)",))
     write_both(spark, local, remote, rows(list(range(1, 21))), {"v": 1}, **kwargs)
     mine, theirs = write_both(spark, local, remote, rows([2, 40], version=1), {"v": 2}, **kwargs)
 

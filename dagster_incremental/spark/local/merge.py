@@ -12,9 +12,9 @@
 # touched data file (absorbing that file's earlier deletes, as Spark does), the same counts.
 #
 # Where it applies (`merge_local` says None otherwise and the writer runs Spark's MERGE, nothing
-# written): a deduplicated, unspilled local batch of at most MAX_LOCAL_MERGE_ROWS rows, a table
-# LocalAppend can write, key types target.exact_key_type accepts, only file-scoped position
-# deletes, and no key the table holds twice (a MERGE would update every copy).
+# written): a deduplicated, unspilled local batch of at most MAX_LOCAL_MERGE_ROWS rows, a
+# merge-on-read table LocalAppend can write, key types target.exact_key_type accepts, only
+# file-scoped position deletes, and no key the table holds twice (a MERGE would update each copy).
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     _fit_schema(spark, pending, rows)
     target = LocalAppend.open(spark, spec.table)
-    if target is None:
-        return None
+    if target is None or str(target.table.properties().get("write.merge.mode")) != "merge-on-read":
+        return None  # a copy-on-write table: its readers were promised no delete files
     batch = target.aligned(rows.table(), pending.case_sensitive)
     key_fields = _key_fields(target.schema, spec.primary_key, pending.case_sensitive)
     if key_fields is None:
