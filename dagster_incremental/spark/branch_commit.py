@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.spark import errors as spark_errors
+from dagster_incremental.spark.commit import java_json
 from dagster_incremental.spark.table_metadata import CursorFields, cursor_of
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -76,7 +77,7 @@ class RunBranch:
                 self.iceberg.refresh()
                 self.iceberg.newAppend().commit()
                 continue
-            found = _newest_cursor(base, head, guard.scope)
+            found = _newest_cursor(self.jvm, base, head, guard.scope)
             if (found.snapshot_id if found else None) != guard.expected_snapshot_id:
                 raise StaleCursor(found.run_id if found else None)
             ref = self.jvm.org.apache.iceberg.SnapshotRef.branchBuilder(head.snapshotId()).build()
@@ -99,7 +100,7 @@ class RunBranch:
         if head.parentId() != self.base:
             raise BaseMoved()
         builder = self._builder(base).setBranchSnapshot(head.snapshotId(), "main")
-        for name in _leftovers(base, head.timestampMillis()) + [self.name]:
+        for name in _leftovers(self.jvm, base, head.timestampMillis()) + [self.name]:
             builder.removeRef(name)
         if not self._commit(base, builder):
             raise BaseMoved()
@@ -136,20 +137,20 @@ class RunBranch:
         return True
 
 
-def _leftovers(metadata: Any, now_ms: int) -> list[str]:
+def _leftovers(jvm: Any, metadata: Any, now_ms: int) -> list[str]:
     """Branches of runs killed between branching and publishing, a day old: no run lives that long."""
     names = []
-    for name in list(metadata.refs().keySet()):
+    for name in java_json(jvm, metadata.refs().keySet()):
         ref = metadata.ref(name)
         if str(name).startswith(BRANCH_PREFIX) and now_ms - metadata.snapshot(ref.snapshotId()).timestampMillis() > LEFTOVER_MS:
             names.append(str(name))
     return names
 
 
-def _newest_cursor(metadata: Any, snapshot: Any, scope: str | None) -> CursorFields | None:
+def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) -> CursorFields | None:
     """The newest cursor (of `scope`) in the lineage ending at `snapshot` (of `metadata`)."""
     while snapshot is not None:
-        fields = cursor_of(dict(snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
+        fields = cursor_of(java_json(jvm, snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
         if fields is not None:
             return fields
         parent = snapshot.parentId()

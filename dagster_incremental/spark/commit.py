@@ -140,10 +140,10 @@ def _pinned_properties_slot(spark: SparkSession) -> Any:
         return None
 
 
-def _run_with_slot(jvm: Any, slot: Any, java_map: Any, props: Mapping[str, str], fn: Callable[[], R]) -> R:
+def _run_with_slot(jvm: Any, slot: Any, java_json: Any, props: Mapping[str, str], fn: Callable[[], R]) -> R:
     """Run `fn` with the properties in the ThreadLocal of this thread's JVM thread; checked
     visible first (as the callback checks), always cleared after."""
-    slot.set(java_map)
+    slot.set(java_json)
     try:
         seen = _thread_properties(jvm)
         if any(seen.get(k) != v for k, v in props.items()):  # pragma: no cover - not pinned after all
@@ -195,16 +195,16 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
             "with_commit_properties is already active on this thread with other properties "
             f"({sorted(current)}); nested commit-property scopes are not supported."
         )
-    java_map = jvm.java.util.HashMap()
+    java_json = jvm.java.util.HashMap()
     for key, value in props.items():
-        java_map.put(key, value)
+        java_json.put(key, value)
     slot = _pinned_properties_slot(spark)
     if slot is not None:
-        return _run_with_slot(jvm, slot, java_map, props, fn)
+        return _run_with_slot(jvm, slot, java_json, props, fn)
     ensure_callback_server(spark)
     callable_ = _CommitCallable(jvm, props, fn)
     jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-        java_map, callable_, jvm.java.lang.RuntimeException._java_lang_class
+        java_json, callable_, jvm.java.lang.RuntimeException._java_lang_class
     )
     if callable_.error is not None:
         raise callable_.error
@@ -230,7 +230,7 @@ def find_snapshot(spark: SparkSession, table: TableRef, commit_id: str) -> Snaps
     iceberg.refresh()
     snapshot = iceberg.currentSnapshot()
     while snapshot is not None:
-        summary = dict(snapshot.summary())
+        summary = java_json(spark._jvm, snapshot.summary())
         if summary.get(COMMIT_ID_PROPERTY) == commit_id:
             parent = snapshot.parentId()
             return SnapshotInfo(
@@ -248,6 +248,14 @@ def find_snapshot(spark: SparkSession, table: TableRef, commit_id: str) -> Snaps
 def iceberg_table(spark: SparkSession, table: TableRef) -> Any:
     """The org.apache.iceberg.Table behind a Spark table (py4j; no Spark job)."""
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
+
+
+def java_json(jvm: Any, value: Any) -> Any:
+    """A Java map or collection of strings (a snapshot summary, table properties, ref names) as
+    a dict or list, in two py4j calls. (`dict(value)` costs two calls per entry, and pyspark
+    converts the exception that ends every py4j iteration with a dozen more: ~60 round trips
+    for one snapshot summary.)"""
+    return json.loads(str(jvm.org.apache.iceberg.util.JsonUtil.mapper().writeValueAsString(value)))
 
 
 def read_committed_state(

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceberg_table, write_options
+from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceberg_table, java_json, write_options
 from dagster_incremental.spark.dialect import PendingCommit
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
@@ -118,7 +118,7 @@ def _lineage(spark: SparkSession, table: TableRef, snapshot_id: int | None) -> I
         if snapshot is None:
             return
         parent = snapshot.parentId()
-        yield LineageEntry(str(snapshot.operation()), dict(snapshot.summary()), parent is None)
+        yield LineageEntry(str(snapshot.operation()), java_json(spark._jvm, snapshot.summary()), parent is None)
         snapshot_id = parent
 
 
@@ -258,7 +258,7 @@ def _window_net(
     net = window_counts(spark, table, snapshot.snapshot_id, window.column, [bounds], keys, rows_of=window.rows_of)[0]
     if snapshot.parent_id is None:
         return net
-    before = live_row_count(dict(iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
+    before = live_row_count(java_json(spark._jvm, iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
     after = live_row_count(snapshot.summary)
     if before is None or after is None:
         return net

@@ -95,13 +95,13 @@ class LocalAppend:
     @classmethod
     def open(cls, spark: Any, table: TableRef) -> LocalAppend | None:
         """The table, if its data files can be written from here (else None: use Spark)."""
-        from dagster_incremental.spark.commit import iceberg_table
+        from dagster_incremental.spark.commit import iceberg_table, java_json
 
         jvm = spark._jvm
         iceberg = iceberg_table(spark, table)
         location = str(iceberg.location())
         local = location.startswith("file:/") or location.startswith("/")
-        props = dict(iceberg.properties())
+        props = java_json(jvm, iceberg.properties())
         if not local or not iceberg.spec().isUnpartitioned() or not iceberg.sortOrder().isUnsorted():
             return None
         if props.get("write.format.default", "parquet").lower() != "parquet" or props.get("write.data.path"):

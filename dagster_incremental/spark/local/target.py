@@ -82,7 +82,8 @@ def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa
     content_files = jvm.org.apache.iceberg.util.ContentFileUtil
     files = []
     for task in _java_iter(scan.planFiles()):
-        deletes = tuple(task.deletes())
+        listed = task.deletes()  # by index: a py4j iteration ends in an exception pyspark converts slowly
+        deletes = tuple(listed.get(i) for i in range(listed.size()))
         if any(str(d.content()) != "POSITION_DELETES" or content_files.isDV(d) or not content_files.isFileScoped(d) for d in deletes):
             return None
         if str(task.file().format()) != "PARQUET":
