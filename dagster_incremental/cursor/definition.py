@@ -146,6 +146,8 @@ class CursorDefinition:
     lag: float | str | None = None
     cursor_type: CursorType | None = None
     step: str | float | None = None
+    datetime_format: str | None = None
+    cursor_datetime_formats: tuple[str, ...] | None = None
     # derived at validation
     _path: CursorPath = field(init=False, repr=False, compare=False)
     _step: Step | None = field(init=False, repr=False, compare=False)
@@ -156,6 +158,7 @@ class CursorDefinition:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "_path", parse_cursor_path(self.cursor_path))
+        self._check_formats()
         func = self.last_value_func
         if func is max or func is min:
             set_(self, "last_value_func", func.__name__)
@@ -189,6 +192,37 @@ class CursorDefinition:
         self._resolve_values()
         self._check_step()
 
+    def _check_formats(self) -> None:
+        """datetime_format / cursor_datetime_formats: strptime formats of a string cursor, which
+        then is a timestamp cursor (or a date cursor, when cursor_type says so)."""
+        given = self.cursor_datetime_formats
+        if isinstance(given, str):
+            given = (given,)
+        formats = (self.datetime_format,) if self.datetime_format is not None else ()
+        for fmt in [*formats, *(given or ())]:
+            if not isinstance(fmt, str) or "%" not in fmt:
+                raise IncrementalConfigError(
+                    f"incremental({self.cursor_path!r}): the datetime format {fmt!r} is not valid: give a "
+                    "strptime format such as '%d/%m/%Y %H:%M' (or a list of them in cursor_datetime_formats)."
+                )
+        if given is not None:
+            object.__setattr__(self, "cursor_datetime_formats", tuple(given))
+        if not self.formats:
+            return
+        if self.cursor_type is None:
+            object.__setattr__(self, "cursor_type", "timestamp")
+        elif self.cursor_type not in ("timestamp", "date"):
+            raise IncrementalConfigError(
+                f"incremental({self.cursor_path!r}): datetime formats parse a string cursor as instants; "
+                f"cursor_type={self.cursor_type!r} cannot take them (use 'timestamp' or 'date', or drop it)."
+            )
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The strptime formats string cursor values are read with, in order (then ISO-8601)."""
+        return tuple(dict.fromkeys([*((self.datetime_format,) if self.datetime_format else ()),
+                                    *(self.cursor_datetime_formats or ())]))
+
     def _check_bounds(self) -> None:
         """initial_value / end_value by config.toml's rule (a callable compares its own values)."""
         if self.is_callable:
@@ -198,7 +232,7 @@ class CursorDefinition:
             if value is None:
                 continue
             try:
-                cv.check_bound(value, self.cursor_type)
+                cv.check_bound(value, self.cursor_type, formats=self.formats)
             except cv.BadBound as bad:
                 raise IncrementalConfigError(
                     f"incremental({self.cursor_path!r}): {arg}={value!r} {bad.problem}; {bad.hint}.") from None
@@ -285,7 +319,7 @@ class CursorDefinition:
             return None
         assert ctype is not None  # _value_type found the type of every bound given
         try:
-            return cv.to_key(value, ctype)
+            return cv.to_key(value, ctype, self.formats)
         except cv.KeyConversionError as e:
             raise IncrementalConfigError(
                 f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."

@@ -160,7 +160,7 @@ class IncrementalRun(Incremental):
                 raise IncrementalConfigError(f"{what}={value!r} cannot be a cursor value.")
             self.adopt_type(t, value, what)
         try:
-            return cv.to_key(value, self.cursor_type)  # type: ignore[arg-type]
+            return cv.to_key(value, self.cursor_type, self.spec.formats)  # type: ignore[arg-type]
         except cv.KeyConversionError as e:
             raise IncrementalConfigError(
                 f"{what}={value!r} is not comparable with the {self.cursor_type} cursor "
@@ -178,7 +178,7 @@ class IncrementalRun(Incremental):
         if self.cursor_type is None:
             self.cursor_type = t
         try:
-            return cv.key_to_public(cv.to_key(value, t), t)
+            return cv.key_to_public(cv.to_key(value, t, self.spec.formats), t)
         except cv.KeyConversionError:
             return value
 
@@ -583,7 +583,7 @@ class IncrementalRun(Incremental):
         if self.cursor_type is None:
             return pa.nulls(len(plain), pa.int64())
         try:
-            return cv.values_to_keys(plain, self.cursor_type)
+            return cv.values_to_keys(plain, self.cursor_type, formats=self.spec.formats)
         except cv.KeyConversionError as e:
             i = e.index or 0
             raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
@@ -601,7 +601,7 @@ class IncrementalRun(Incremental):
         if self.cursor_type is None:
             return pa.nulls(len(col), pa.int64())
         try:
-            return cv.arrow_to_keys(col, self.cursor_type)
+            return cv.arrow_to_keys(col, self.cursor_type, self.spec.formats)
         except cv.KeyConversionError as e:
             i = e.index or 0
             raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
@@ -621,7 +621,7 @@ class IncrementalRun(Incremental):
                     public.append(v)
                     continue
                 try:
-                    public.append(cv.key_to_public(cv.to_key(v, ctype), ctype))
+                    public.append(cv.key_to_public(cv.to_key(v, ctype, self.spec.formats), ctype))
                 except cv.KeyConversionError as e:
                     raise self.type_error(v, rows[i], f"row {i}", e.reason) from None
             values = public

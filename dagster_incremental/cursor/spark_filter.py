@@ -85,7 +85,40 @@ def _detect(dtype: Any, df: DataFrame, col: Column) -> str | None:
     return None
 
 
-def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
+_JAVA_PATTERN = {
+    "Y": "yyyy", "y": "yy", "m": "MM", "d": "dd", "H": "HH", "I": "hh", "M": "mm", "S": "ss",
+    "f": "SSSSSS", "p": "a", "b": "MMM", "B": "MMMM", "a": "EEE", "A": "EEEE", "j": "DDD",
+    "z": "[XXX][XX]", "Z": "z", "%": "%",
+}
+
+
+def java_pattern(fmt: str) -> str:
+    """A strptime format as Spark's datetime pattern (literal text quoted), or a
+    ValueError naming a directive Spark has no pattern for."""
+    import re
+
+    out = []
+    for literal, directive in re.findall(r"([^%]*)(%.|$)", fmt):
+        if literal:
+            out.append("'" + literal.replace("'", "''") + "'")
+        if directive:
+            code = directive[1]
+            if code not in _JAVA_PATTERN:
+                raise ValueError(f"the directive %{code} of {fmt!r} has no Spark pattern")
+            out.append(_JAVA_PATTERN[code])
+    return "".join(out)
+
+
+def string_instants(col: Column, formats: tuple[str, ...]) -> Column:
+    """A string column in strptime `formats` (first match wins, then ISO-8601) as a timestamp;
+    NULL where nothing matches (the caller reports such values)."""
+    from pyspark.sql import functions as F
+
+    parsed = [F.try_to_timestamp(col, F.lit(java_pattern(fmt))) for fmt in formats]
+    return F.coalesce(*parsed, F.try_to_timestamp(col)) if parsed else F.to_timestamp(col)
+
+
+def _key_expr(col: Column, dtype: Any, ctype: str, formats: tuple[str, ...] = ()) -> Column | None:
     """The key (see values.py) as a Spark expression; None when the column can't be one."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -99,7 +132,7 @@ def _key_expr(col: Column, dtype: Any, ctype: str) -> Column | None:
         if isinstance(dtype, T.DateType):
             return F.unix_date(col).cast("long") * F.lit(86_400_000_000)
         if isinstance(dtype, T.StringType):
-            return F.unix_micros(F.to_timestamp(col))
+            return F.unix_micros(string_instants(col, formats))
         if ctype in ("epoch_seconds", "epoch_millis") and isinstance(dtype, T.NumericType):
             unit = 1_000_000 if ctype == "epoch_seconds" else 1_000
             if isinstance(dtype, T.IntegralType):
@@ -215,7 +248,13 @@ def _key_column(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> tuple[s
         if ctype == "string":
             key = F.lit(None).cast("string")
     else:
-        expr = _key_expr(col, dtype, ctype)
+        try:
+            expr = _key_expr(col, dtype, ctype, run.spec.formats)
+        except ValueError as exc:  # a strptime directive Spark cannot parse
+            raise IncrementalConfigError(
+                f"cursor_path {run.spec.cursor_path!r}: {exc}; give the column as a timestamp, or use the "
+                "directives %Y %y %m %d %H %I %M %S %f %p %b %B %a %A %j %z %Z."
+            ) from None
         if expr is None:
             if detected is not None:
                 run.adopt_type(detected, None, "the Spark frame")
@@ -279,7 +318,9 @@ def _check_values(run: LiveRun, df: DataFrame, m: _Masks, row: Any) -> None:
     if row["bad"]:
         sample = df.where(m.bad).limit(1).collect()[0]
         value = _get(sample.asDict(recursive=True), path.parts)
-        raise run.type_error(value, sample.asDict(), "the Spark frame", "it is not an ISO-8601 date or timestamp")
+        formats = run.spec.formats
+        reason = cv.no_format_matches(formats) if formats else "it is not an ISO-8601 date or timestamp"
+        raise run.type_error(value, sample.asDict(), "the Spark frame", reason)
     if row["nulls"] and run.decision_inputs.on_missing == "raise":
         null_row = df.where(m.is_null).limit(1).collect()[0].asDict()
         raise run.missing_error(null_row, False, f"a row of the Spark frame (column {path.column!r})")

@@ -100,11 +100,15 @@ def incremental(
     *,
     cursor_type: CursorType | None = None,
     step: str | float | None = None,
+    datetime_format: str | None = None,
+    cursor_datetime_formats: Sequence[str] | None = None,
 ) -> IncrementalSpec:
     """Define an incremental cursor (dlt's `dlt.sources.incremental` vocabulary and defaults).
 
     `step` (an ISO-8601 duration such as "P1D", or a number in lag's units) cuts a longer range
     into slices of at most `step`, each committed with its cursor as it is loaded.
+    `datetime_format` / `cursor_datetime_formats` (Airbyte's): strptime formats of a string
+    cursor column, tried in order (then ISO-8601), so its values compare as instants.
     """
     return IncrementalSpec(
         cursor_path=cursor_path,
@@ -119,5 +123,7 @@ def incremental(
         lag=lag,
         cursor_type=cursor_type,
         step=step,
+        datetime_format=datetime_format,
+        cursor_datetime_formats=tuple(cursor_datetime_formats) if cursor_datetime_formats is not None else None,
     )
 

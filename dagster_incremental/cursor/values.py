@@ -195,8 +195,30 @@ def micros_to_datetime(micros: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(microseconds=int(micros))
 
 
-def to_key(value: Any, cursor_type: str) -> Key:
-    """A Python value as a key of `cursor_type`; raises KeyConversionError when it cannot be one."""
+Formats = tuple[str, ...]  # strptime formats a string cursor is written in (tried in order, then ISO)
+
+
+def parse_formatted(text: str, formats: Formats) -> dt.datetime | None:
+    """`text` parsed by the first of `formats` that matches it (naive = UTC), else as ISO-8601,
+    else None."""
+    for fmt in formats:
+        try:
+            parsed = dt.datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+        return parsed.replace(tzinfo=dt.timezone.utc) if parsed.tzinfo is None else parsed
+    return parse_iso(text)
+
+
+def no_format_matches(formats: Formats) -> str:
+    """The reason a string is not a cursor value of a formatted cursor."""
+    return f"it matches none of the cursor_datetime_formats {list(formats)} and is not ISO-8601"
+
+
+def to_key(value: Any, cursor_type: str, formats: Formats = ()) -> Key:
+    """A Python value as a key of `cursor_type`; raises KeyConversionError when it cannot be one.
+
+    `formats`: strptime formats a temporal cursor's strings are written in (tried first)."""
     if value is None:
         raise KeyConversionError(value, cursor_type, "None is not a cursor value")
     if cursor_type in TEMPORAL_TYPES:
@@ -205,9 +227,10 @@ def to_key(value: Any, cursor_type: str) -> Key:
         if isinstance(value, dt.date):
             return date_to_micros(value)
         if isinstance(value, str):
-            parsed = parse_iso(value)
+            parsed = parse_formatted(value, formats)
             if parsed is None:
-                raise KeyConversionError(value, cursor_type, "it is not an ISO-8601 date or timestamp")
+                reason = no_format_matches(formats) if formats else "it is not an ISO-8601 date or timestamp"
+                raise KeyConversionError(value, cursor_type, reason)
             return datetime_to_micros(parsed)
         if type(value).__module__ == "numpy" and getattr(value, "dtype", None) is not None:
             if value.dtype.kind == "M":  # numpy.datetime64: naive = UTC
@@ -241,7 +264,8 @@ class BadBound(ValueError):
         self.problem, self.hint = problem, hint
 
 
-def check_bound(value: Any, cursor_type: str | None, *, string_type: str = 'cursor_type="string"') -> None:
+def check_bound(value: Any, cursor_type: str | None, *, string_type: str = 'cursor_type="string"',
+                formats: Formats = ()) -> None:
     """One rule for a bound, in code and in config: a word like "yesterday" is not a cursor value
     unless the cursor is declared a string (`string_type` says how, where the caller writes it)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -256,7 +280,7 @@ def check_bound(value: Any, cursor_type: str | None, *, string_type: str = 'curs
     if detected is None:
         return  # not a cursor value at all: the caller names the types it takes
     try:
-        to_key(value, detected)
+        to_key(value, detected, formats)
     except KeyConversionError as exc:
         raise BadBound(f"is not a valid {detected} ({exc.reason})",
                        f"give a {detected} value, or change cursor_type") from None
@@ -391,7 +415,7 @@ def detect_arrow_type(arr: pa.Array) -> CursorType | None:
     return detect_type(valid[0].as_py()) if len(valid) else None
 
 
-def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str) -> pa.Array:
+def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str, formats: Formats = ()) -> pa.Array:
     """An Arrow column as a key array (nulls stay null); raises KeyConversionError with the row index.
 
     Arrow casts do the work; a per-value parse runs only for a string column Arrow's ISO parser
@@ -411,6 +435,8 @@ def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str) -> pa.Array
         if pa.types.is_date(t):
             return arr.cast(pa.date32()).cast(pa.timestamp("us")).cast(pa.int64())
         if pa.types.is_string(t) or pa.types.is_large_string(t):
+            if formats:
+                return _formatted_to_micros(arr, cursor_type, formats)
             return _strings_to_micros(arr, cursor_type)
         if cursor_type in _EPOCH_UNIT_US and (pa.types.is_integer(t) or pa.types.is_floating(t)):
             unit = _EPOCH_UNIT_US[cursor_type]
@@ -482,7 +508,33 @@ def _strings_to_micros(arr: pa.Array, cursor_type: str) -> pa.Array:
     return pa.array(out, pa.int64(), mask=~valid)
 
 
-def values_to_keys(values: list[Any], cursor_type: str, *, _force_scalar: bool = False) -> pa.Array:
+def _formatted_to_micros(arr: pa.Array, cursor_type: str, formats: Formats) -> pa.Array:
+    """Strings in the cursor's strptime formats as UTC micros (vectorised: one Arrow strptime
+    per format, the first match wins; naive = UTC); what no format matches is parsed as ISO-8601,
+    and a value neither is raises KeyConversionError with its index."""
+    import numpy as np
+
+    arr = arr.cast(pa.string())
+    keys = pa.nulls(len(arr), pa.int64())
+    for fmt in formats:
+        parsed = pc.strptime(arr, format=fmt, unit="us", error_is_null=True)
+        keys = pc.coalesce(keys, parsed.cast(pa.timestamp("us", parsed.type.tz)).cast(pa.int64()))
+    rest = np.flatnonzero(pc.and_(arr.is_valid(), keys.is_null()).to_numpy(zero_copy_only=False))
+    if not len(rest):
+        return keys
+    try:
+        iso = _strings_to_micros(arr.take(pa.array(rest)), cursor_type)
+    except KeyConversionError as e:
+        index = int(rest[e.index]) if e.index is not None else None
+        raise KeyConversionError(e.value, cursor_type, no_format_matches(formats), index) from None
+    out = keys.fill_null(0).to_numpy(zero_copy_only=False).copy()
+    valid = keys.is_valid().to_numpy(zero_copy_only=False).copy()
+    out[rest], valid[rest] = iso.to_numpy(zero_copy_only=False), True
+    return pa.array(out, pa.int64(), mask=~valid)
+
+
+def values_to_keys(values: list[Any], cursor_type: str, *, _force_scalar: bool = False,
+                   formats: Formats = ()) -> pa.Array:
     """Python cursor values (None allowed) as a key array; raises KeyConversionError with the index.
 
     Homogeneous lists go through one Arrow conversion; mixed ones are converted per value.
@@ -499,7 +551,7 @@ def values_to_keys(values: list[Any], cursor_type: str, *, _force_scalar: bool =
             ):
                 return arrow_to_keys(pa.array(values, type=pa.date32()), cursor_type)
             if kinds and all(issubclass(k, str) for k in kinds):
-                return arrow_to_keys(pa.array(values, type=pa.string()), cursor_type)
+                return arrow_to_keys(pa.array(values, type=pa.string()), cursor_type, formats)
             if kinds and all(issubclass(k, (int, float)) and not issubclass(k, bool) for k in kinds):
                 return arrow_to_keys(pa.array(values), cursor_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
@@ -510,7 +562,7 @@ def values_to_keys(values: list[Any], cursor_type: str, *, _force_scalar: bool =
             keys.append(None)
             continue
         try:
-            keys.append(to_key(v, cursor_type))
+            keys.append(to_key(v, cursor_type, formats))
         except KeyConversionError as e:
             e.index = i
             raise

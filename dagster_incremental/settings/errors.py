@@ -243,11 +243,26 @@ def freshness(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def cursor_bound(key: str, value: Any, cursor_type: str | None) -> None:
+def datetime_formats(value: Any) -> tuple[str, ...]:
+    """`cursor_datetime_formats` (or `datetime_format`: one): strptime formats, each with a `%`."""
+    formats = names()(value)
+    for fmt in formats:
+        if "%" not in fmt:
+            raise invalid(f"has {toml_value(fmt)}, which is not a strptime format")
+    return formats
+
+
+def datetime_format(value: Any) -> str:
+    if not isinstance(value, str):
+        raise invalid(f"is {kind(value)}")
+    return datetime_formats(value)[0]
+
+
+def cursor_bound(key: str, value: Any, cursor_type: str | None, formats: tuple[str, ...] = ()) -> None:
     """A cursor bound the engine can compare: a word like "yesterday" fails here, not in a run
     (the cursor engine's rule, so `incremental(...)` in code says the same)."""
     try:
-        cv.check_bound(value, cursor_type, string_type='cursor_type = "string"')
+        cv.check_bound(value, cursor_type, string_type='cursor_type = "string"', formats=formats)
     except cv.BadBound as bad:
         raise invalid(bad.problem, bad.hint, at=(key,), value=value) from None
 

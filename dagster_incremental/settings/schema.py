@@ -205,6 +205,7 @@ class Partitions(Table):
         return {name: getattr(self, name) for name in self.keys()}  # defaults filled in
 
 
+FORMAT_HINT = 'use a strptime format such as "%d/%m/%Y %H:%M"'
 LAG_HINT = ('use a number >= 0 (seconds for datetimes, days for dates, units for numbers) or an ISO-8601 '
             'duration such as "P1D" or "P1M"')
 
@@ -230,11 +231,20 @@ class IncrementalArgument(Table):
     step: Annotated[str | float, PlainValidator(check.duration_or_number), FromEnv(env.read_number_or_text),
                     _hint('use an ISO-8601 duration such as "P30D" or "P1M", or a number > 0 in lag\'s units')] | None = None
 
+    datetime_format: Annotated[str, PlainValidator(check.datetime_format), _hint(FORMAT_HINT)] | None = None
+    cursor_datetime_formats: Annotated[tuple[str, ...], PlainValidator(check.datetime_formats),
+                                       FromEnv(env.read_names), _hint(FORMAT_HINT + ", or a list of them")] | None = None
+
     @model_validator(mode="after")
     def _bounds_fit_the_cursor_type(self) -> IncrementalArgument:
+        formats = (*([self.datetime_format] if self.datetime_format else []), *(self.cursor_datetime_formats or ()))
+        ctype = self.cursor_type or ("timestamp" if formats else None)
+        if formats and ctype not in ("timestamp", "date"):
+            raise invalid(f'is "{ctype}"', "datetime formats make a timestamp (or date) cursor: drop cursor_type "
+                          'or set "timestamp"', at=("cursor_type",), show_value=False)
         for key in ("initial_value", "end_value"):
             if key in self.model_fields_set:
-                check.cursor_bound(key, getattr(self, key), self.cursor_type)
+                check.cursor_bound(key, getattr(self, key), ctype, formats)
         return self
 
     def spec_arguments(self) -> dict[str, Any]:

@@ -978,3 +978,51 @@ def test_last_run_is_given_by_the_caller_and_shown_as_utc():
     at = dt.datetime(2024, 3, 1, 13, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     run = spec.bind({"last_value": 7}, last_run=at)
     assert run.last_run == pendulum.datetime(2024, 3, 1, 12) and run.last_run.timezone_name == "UTC"
+
+
+# ---------------------------------------------------------------------------------------------
+# string cursors in other formats (Airbyte's datetime_format / cursor_datetime_formats)
+# ---------------------------------------------------------------------------------------------
+
+DMY = ["%d/%m/%Y %H:%M", "%d/%m/%Y"]
+
+
+def test_day_first_strings_compare_as_instants_on_every_kind(kind, convert):
+    """As text, "31/12/2023" > "05/01/2024"; as instants it is older. Each value is read by the
+    first format that matches; the state is stored as ISO-8601 UTC."""
+    spec = incremental("ts", initial_value="01/12/2023", cursor_datetime_formats=DMY, primary_key="id")
+    run1 = spec.bind()
+    rows = [{"id": 1, "ts": "31/12/2023 23:30"}, {"id": 2, "ts": "05/01/2024"}, {"id": 3, "ts": "30/11/2023"}]
+    assert ids(run_filter(run1, rows, convert, kind)) == [1, 2]
+    assert run1.state["last_value"] == "2024-01-05T00:00:00Z" and run1.state["cursor_type"] == "timestamp"
+    run2 = spec.bind(run1.state)
+    assert run2.start_value == pendulum.datetime(2024, 1, 5)
+    later = [{"id": 2, "ts": "05/01/2024"}, {"id": 4, "ts": "06/01/2024 08:00"}, {"id": 5, "ts": "04/01/2024"}]
+    assert ids(run_filter(run2, later, convert, kind)) == [4]
+    assert run2.state["last_value"] == "2024-01-06T08:00:00Z"
+
+
+def test_a_value_no_format_matches_names_the_column_and_value(kind, convert):
+    run = incremental("ts", datetime_format="%d/%m/%Y").bind()
+    with pytest.raises(CursorTypeError, match=r"cursor_path 'ts': the value '2024/01/31' .* matches none of the "
+                                              r"cursor_datetime_formats \['%d/%m/%Y'\] and is not ISO-8601"):
+        run.filter(convert([{"ts": "05/01/2024"}, {"ts": "2024/01/31"}]))
+
+
+def test_iso_values_and_offsets_are_read_beside_the_formats(kind, convert):
+    spec = incremental("ts", initial_value="2024-01-01", datetime_format="%Y-%m-%d %H:%M:%S%z")
+    run = spec.bind()
+    rows = [{"ts": "2024-01-05 10:00:00+0200"}, {"ts": "2024-01-05T09:00:00Z"}]
+    run_filter(run, rows, convert)
+    assert run.state["last_value"] == "2024-01-05T09:00:00Z"  # 10:00+02:00 is 08:00 UTC
+
+
+def test_datetime_format_errors():
+    with pytest.raises(IncrementalConfigError, match="the datetime format 'dd/MM/yyyy' is not valid"):
+        incremental("ts", datetime_format="dd/MM/yyyy")
+    with pytest.raises(IncrementalConfigError, match="cursor_type='number' cannot take them"):
+        incremental("ts", datetime_format="%d/%m/%Y", cursor_type="number")
+    with pytest.raises(IncrementalConfigError, match="initial_value='2024/01/31'"):
+        incremental("ts", datetime_format="%Y/%d/%m", initial_value="2024/01/31")
+    spec = incremental("ts", datetime_format="%Y/%d/%m", initial_value="2024/31/01")
+    assert spec.cursor_type == "timestamp" and spec.start_value == pendulum.datetime(2024, 1, 31)

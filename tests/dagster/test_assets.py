@@ -323,6 +323,34 @@ def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, 
     assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).sql)
 
 
+def test_a_day_first_cursor_from_config_loads_in_date_order(spark, instance, io_manager, config_file):
+    """cursor_datetime_formats in config.toml: "31/12/2023" is older than "05/01/2024" (as text
+    it would be newer); the column is stored as a timestamp and the cursor as ISO-8601 UTC; a
+    value no format matches fails the run naming the asset, the column and the value."""
+    with open(config_file, "a") as f:
+        f.write('[assets.orders_dmy.updated_at]\ncursor_path = "updated_at"\ninitial_value = "01/12/2023"\n'
+                'cursor_datetime_formats = ["%d/%m/%Y %H:%M", "%d/%m/%Y"]\n')
+    source = [{"id": 1, "updated_at": "31/12/2023 23:30"}, {"id": 2, "updated_at": "05/01/2024"}]
+
+    @incremental_asset(primary_key="id", write_disposition="merge", config_path=config_file)
+    def orders_dmy(updated_at: Incremental):
+        return list(source)
+
+    assert run(orders_dmy, instance, io_manager).success
+    source[:] = [{"id": 1, "updated_at": "31/12/2023 23:30"}, {"id": 3, "updated_at": "06/01/2024 08:00"}]
+    second = run(orders_dmy, instance, io_manager)
+    assert materialization(second)["dagster_incremental/rows_inserted"].value == 1
+    assert materialization(second)["dagster_incremental/state"].value["last_value"] == "2024-01-06T08:00:00Z"
+    assert [(r["id"], r["updated_at"]) for r in table_rows(spark, io_manager, "orders_dmy")] == [
+        (1, datetime(2023, 12, 31, 23, 30)), (2, datetime(2024, 1, 5)), (3, datetime(2024, 1, 6, 8))]
+    source[:] = [{"id": 4, "updated_at": "07.01.2024 09:00"}]
+    bad = run(orders_dmy, instance, io_manager, raise_on_error=False)
+    message = failure_text(bad)
+    assert "orders_dmy" in message and "'updated_at'" in message and "'07.01.2024 09:00'" in message
+    assert "matches none of the cursor_datetime_formats" in message
+    assert len(table_rows(spark, io_manager, "orders_dmy")) == 3
+
+
 def test_changed_keys_are_reported_and_need_a_full_refresh(spark, instance, io_manager, config_file):
     source = [{"id": i, "region": "eu", "updated_at": iso(i)} for i in range(1, 3)]
 

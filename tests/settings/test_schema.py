@@ -241,3 +241,29 @@ def test_merge_without_a_key_fails_naming_the_config_line_that_set_the_dispositi
 ])
 def test_merge_with_a_key_and_other_dispositions_still_resolve(tmp_path, decorator):
     assert load(tmp_path, "").resolve_asset("events", decorator).write_disposition is not None
+
+
+def test_datetime_formats_in_config_make_a_timestamp_cursor_and_read_its_bounds(tmp_path):
+    cfg = load(tmp_path, """
+        [assets.orders.updated_at]
+        initial_value = "01/01/2024"
+        datetime_format = "%d/%m/%Y"
+        cursor_datetime_formats = ["%d/%m/%Y %H:%M"]
+    """)
+    assert dict(cfg.asset("orders").incremental("updated_at")) == {
+        "initial_value": "01/01/2024", "datetime_format": "%d/%m/%Y", "cursor_datetime_formats": ("%d/%m/%Y %H:%M",)}
+
+
+@pytest.mark.parametrize(("toml", "expected"), [
+    ('[assets.orders.updated_at]\ncursor_datetime_formats = ["%d/%m/%Y", "dd/MM/yyyy"]\n',
+     '[assets.orders.updated_at] cursor_datetime_formats = ["%d/%m/%Y", "dd/MM/yyyy"] has "dd/MM/yyyy", which is '
+     'not a strptime format; use a strptime format such as "%d/%m/%Y %H:%M", or a list of them'),
+    ('[assets.orders.updated_at]\ndatetime_format = "%d/%m/%Y"\ninitial_value = "2024/01/31"\n',
+     '[assets.orders.updated_at] initial_value = "2024/01/31" is not a valid timestamp (it matches none of the '
+     "cursor_datetime_formats ['%d/%m/%Y'] and is not ISO-8601)"),
+    ('[assets.orders.updated_at]\ndatetime_format = "%d/%m/%Y"\ncursor_type = "number"\n',
+     '[assets.orders.updated_at] cursor_type is "number"; datetime formats make a timestamp (or date) cursor'),
+])
+def test_datetime_format_errors_are_located(tmp_path, toml, expected):
+    message = error(tmp_path, toml)
+    assert message.startswith(f"{tmp_path / 'config' / 'config.toml'}: {expected}"), message

@@ -295,28 +295,30 @@ def arrow_to_spark(spark, rows: Any):
     return frame
 
 
-def _timestamp_cursor_columns(columns: list[str], runs: Mapping[str, Any]) -> list[str]:
-    """Top-level columns that hold a timestamp cursor."""
+def _timestamp_cursor_columns(columns: list[str], runs: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Top-level columns that hold a timestamp cursor, with the datetime formats of its text."""
     out = []
     for run in runs.values():
-        path = getattr(getattr(run, "spec", None), "cursor_path", None)
+        spec = getattr(run, "spec", None)
+        path = getattr(spec, "cursor_path", None)
         if path and path in columns and getattr(run, "cursor_type", None) == "timestamp":
-            out.append(path)
+            out.append((path, tuple(getattr(spec, "formats", ()))))
     return out
 
 
 def _typed_cursor_columns_arrow(table, runs: Mapping[str, Any]):
-    """ISO-8601 text in a timestamp cursor column becomes a UTC timestamp while still in Arrow
-    (the cursor engine's own parser: offsets honoured, no offset = UTC), so local dedup
+    """Text in a timestamp cursor column (ISO-8601, or the cursor's datetime formats) becomes a
+    UTC timestamp while still in Arrow (the cursor engine's own parser: offsets honoured, no
+    offset = UTC), so local dedup
     compares instants and Spark gets a typed column."""
     import pyarrow as pa
 
     from dagster_incremental.cursor.values import arrow_to_keys
 
-    for name in _timestamp_cursor_columns(table.column_names, runs):
+    for name, formats in _timestamp_cursor_columns(table.column_names, runs):
         column = table[name]
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-            micros = arrow_to_keys(column, "timestamp")
+            micros = arrow_to_keys(column, "timestamp", formats)
             table = table.set_column(
                 table.schema.get_field_index(name), name, micros.cast(pa.timestamp("us", "UTC"))
             )
@@ -324,14 +326,17 @@ def _typed_cursor_columns_arrow(table, runs: Mapping[str, Any]):
 
 
 def _typed_cursor_columns(frame, runs: Mapping[str, Any]):
-    """ISO-8601 text in a timestamp cursor column is stored as a real timestamp.
+    """Text in a timestamp cursor column (ISO-8601, or the cursor's datetime formats) is stored
+    as a real timestamp.
 
     Window replaces, partition pruning and downstream SQL then compare instants, not text.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
-    for path in _timestamp_cursor_columns(frame.columns, runs):
+    from dagster_incremental.cursor.spark_filter import string_instants
+
+    for path, formats in _timestamp_cursor_columns(frame.columns, runs):
         if isinstance(frame.schema[path].dataType, StringType):
-            frame = frame.withColumn(path, F.to_timestamp(F.col(f"`{path}`")))
+            frame = frame.withColumn(path, string_instants(F.col(f"`{path}`"), formats))
     return frame
