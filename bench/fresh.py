@@ -8,17 +8,22 @@ every run. Each measurement here is the wall time of one whole process:
             warehouse + DAGSTER_HOME: run 0 (`--rows` orders), then a change run (`--changes`),
             then a no-op run (the source returns nothing; the table holds the cursor)
   trivial   the same command for a plain @dg.asset returning None (the no-op's floor)
-  plain     ../shared/bench/peer_plain_spark.py --rows N --runs 1 (this interpreter)
-  dgi       ../shared/bench/peer_dagster_iceberg.py --rows N --runs 1 (/tmp/peer-dgi)
-  dlt       ../shared/bench/peer_dlt.py --rows N --runs 1 --destination delta (/tmp/peer)
+  plain     ../shared/bench/peer_plain_spark.py (this interpreter)
+  dgi       ../shared/bench/peer_dagster_iceberg.py (/tmp/peer-dgi)
+  dlt       ../shared/bench/peer_dlt.py --destination delta (/tmp/peer)
 
-The peers read OUR bench/workload.py. The Dagster instance's storage is created before the timed
-processes, as a deployment's already exists. The order reverses every other repeat.
+Each peer runs as two processes on one folder (`--dir`): its first run (`--first-run 0 --runs 1`),
+then its change run (`--first-run 1 --runs 1`), a new process continuing the same table and
+incremental state, as ours' change run is. The peers read OUR bench/workload.py. The Dagster
+instance's storage is created before the timed processes, as a deployment's already exists. The
+order reverses every other repeat.
 
     python -m bench.fresh --rows 20000 --changes 1000 --repeats 3
 
-Prints ONE JSON line (every process's seconds, medians, ratios: ours' first run / each peer,
-target <= 0.8 against plain Spark; no-op / trivial, target <= 1.3) and markdown tables on stderr.
+Prints ONE JSON line (every process's seconds, medians, ratios: ours' first run / each peer's,
+target <= 0.8 against plain Spark; ours' change run / each peer's, target <= 1.0 against
+dagster-iceberg and dlt+delta; no-op / trivial, target <= 1.3) and markdown tables on stderr.
+Every first run must load `--rows` rows and every change run end with `--rows + changes - changes // 2`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from bench import common
 from bench.compare import PEERS, REPO, WORKLOAD, label
 from bench.orders import CONFIG
 
-TARGETS = {"first_vs_plain": 0.8, "noop_vs_trivial": 1.3}
+TARGETS = {"first_vs_plain": 0.8, "change_vs_dgi": 1.0, "change_vs_dlt": 1.0, "noop_vs_trivial": 1.3}
 
 
 def materialize(wd: common.Workdir, asset: str, run: str, rows: int, changes: int) -> tuple[float, int | None]:
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     size = ["--rows", str(args.rows), "--changes", str(args.changes), "--runs", "1", "--workload", str(WORKLOAD)]
     peer_cmds = {p: [python[p], str(Path(args.peer_dir) / PEERS[p][1]), *size,
                      *(["--destination", "delta"] if p == "dlt" else [])] for p in peers}
-    keys = ["ours_first", "ours_change", "noop", "trivial", *peers]
+    keys = ["ours_first", "ours_change", "noop", "trivial", *peers, *(f"{p}_change" for p in peers)]
     seconds: dict[str, list[float]] = {k: [] for k in keys}
     rows: dict[str, set] = {k: set() for k in keys}
     units = ["ours", "trivial", *peers]
@@ -88,27 +93,35 @@ def main(argv: list[str] | None = None) -> dict:
                 elif unit == "trivial":
                     seconds["trivial"].append(materialize(wd, "trivial", "0", args.rows, args.changes)[0])
                 else:
-                    record, wall = common.run_json(peer_cmds[unit], REPO)
-                    seconds[unit].append(wall)
-                    rows[unit].add(record.get("table_rows"))
+                    folder = wd.root / f"peer_{unit}"  # both processes continue one table
+                    for key, first in ((unit, "0"), (f"{unit}_change", "1")):
+                        record, wall = common.run_json(
+                            [*peer_cmds[unit], "--dir", str(folder), "--first-run", first], REPO)
+                        seconds[key].append(wall)
+                        rows[key].add(record.get("table_rows"))
 
     median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
     ratios = {f"first_vs_{p}": common.ratio(median["ours_first"], median[p]) for p in peers}
+    ratios |= {f"change_vs_{p}": common.ratio(median["ours_change"], median[f"{p}_change"]) for p in peers}
     ratios["noop_vs_trivial"] = common.ratio(median["noop"], median["trivial"])
     targets = {k: t for k, t in TARGETS.items() if k in ratios}
     first_rows = {n for k in ("ours_first", *peers) for n in rows[k]}
+    after_change = args.rows + args.changes - args.changes // 2  # half the change rows are new ids
+    change_rows = {n for k in ("ours_change", *(f"{p}_change" for p in peers)) for n in rows[k]}
     record = {
         "bench": "fresh", "rows": args.rows, "changes": args.changes, "repeats": args.repeats,
         "seconds": seconds, "median": median, "ratios": ratios, "targets": targets,
         "meets": {k: ratios[k] is not None and ratios[k] <= t for k, t in targets.items()},
         "table_rows": {k: [*v] for k, v in rows.items() if k != "trivial"},
         "same_first_run_rows": first_rows == {args.rows},
+        "same_change_run_rows": change_rows == {after_change},
         **common.machine(),
     }
     common.log(tables(record, peers))
     common.emit(record)
-    if not record["same_first_run_rows"]:
-        raise SystemExit(f"first runs did not all load {args.rows} rows: {record['table_rows']}")
+    if not (record["same_first_run_rows"] and record["same_change_run_rows"]):
+        raise SystemExit(f"first runs must load {args.rows} rows and change runs end with {after_change}: "
+                         f"{record['table_rows']}")
     return record
 
 
@@ -122,14 +135,17 @@ def tables(record: dict, peers: list[str]) -> str:
         return f"{rat[key]:.2f}" + (f" (≤ {t:g}: {'met' if rat[key] <= t else 'no'})" if t else "")
 
     n = record["repeats"]
-    runs = [[f"{label('ours')}, first run", common.seconds(med["ours_first"]), ""],
-            [f"ours, change run ({record['changes']:,} rows)", common.seconds(med["ours_change"]), ""]]
+    runs = [[label("ours"), common.seconds(med["ours_first"]), ""]]
     runs += [[PEERS[p][0], common.seconds(med[p]), cell(f"first_vs_{p}")] for p in peers]
+    change = [[label("ours"), common.seconds(med["ours_change"]), ""]]
+    change += [[PEERS[p][0], common.seconds(med[f"{p}_change"]), cell(f"change_vs_{p}")] for p in peers]
     noop = [["ours, no-op (source returns nothing)", common.seconds(med["noop"]), cell("noop_vs_trivial")],
             ["trivial `@dg.asset` returning None", common.seconds(med["trivial"]), ""]]
     return "\n\n".join([
-        common.markdown([f"fresh process, {record['rows']:,} rows (median of {n})", "wall time",
+        common.markdown([f"fresh process, first run: {record['rows']:,} rows (median of {n})", "wall time",
                          "ours' first run / this"], runs),
+        common.markdown([f"fresh process, change run: {record['changes']:,} rows into {record['rows']:,} "
+                         f"(median of {n})", "wall time", "ours' change run / this"], change),
         common.markdown([f"fresh process, nothing new (median of {n})", "wall time", "ours / trivial"], noop),
         f"load avg {record['loadavg']} on {record['cpus']} cores at the end, {record['utc']}",
     ])
