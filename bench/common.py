@@ -41,6 +41,9 @@ def spark_extra_conf(master: str = "local[*]", shuffle_partitions: int = 4) -> d
         "spark.driver.memory": os.environ.get("BENCH_DRIVER_MEMORY", "4g"),
         # e.g. "-XX:TieredStopAtLevel=4" to compare the full JIT with the library's C1 default
         **({"spark.driver.extraJavaOptions": os.environ["BENCH_JAVA_OPTIONS"]} if os.environ.get("BENCH_JAVA_OPTIONS") else {}),
+        # a folder: Spark writes its event log there (read back by spark_jobs)
+        **({"spark.eventLog.enabled": "true", "spark.eventLog.dir": os.environ["BENCH_EVENT_LOG"]}
+           if os.environ.get("BENCH_EVENT_LOG") else {}),
     }
 
 
@@ -211,13 +214,31 @@ PHASES = (
     "dagster_incremental.spark.statistics:_changed_rows",
     "dagster_incremental.spark.commit:find_snapshot",
     "dagster_incremental.spark.commit:read_committed_state",
+    # the rest of a run: the asset's compute up to its Output, the IO manager, the checks after it
+    "dagster_incremental.dagster.run:Runner._run",
+    "dagster_incremental.dagster.io_manager:SparkTableIOManager.handle_output",
+    "dagster_incremental.dagster.io_manager:SparkTableIOManager._compact_if_needed",
+    "dagster_incremental.dagster.checks:primary_key_unique",
+    "dagster_incremental.dagster.io_manager:SparkTableIOManager.duplicate_keys",
+    "dagster_incremental.spark.local.dedup:survivors",
+    "dagster_incremental.spark.local.append:LocalAppend.write_files",
+    "dagster_incremental.spark.statistics:row_count",
+    "dagster_incremental.spark.statistics:_schema",
+    "dagster_incremental.spark.branch_commit:RunBranch.take",
+    "dagster_incremental.spark.branch_commit:RunBranch.publish",
+    "dagster_incremental.spark.table_metadata:read_metadata",
 )
 
 
 class PhaseTimer:
+    """Wall seconds per phase, and by how many MB each phase raised the process's peak RSS
+    (`ru_maxrss`) and Arrow's peak allocation: both peaks only grow, so a phase that raised one
+    is where the peak was made (nested phases: the parent shows its children's growth too)."""
+
     def __init__(self) -> None:
         self.totals: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.peak_growth: dict[str, float] = {}
 
     def reset(self) -> dict[str, float]:
         out = {k: round(v, 3) for k, v in self.totals.items()}
@@ -225,20 +246,33 @@ class PhaseTimer:
         self.totals, self.calls = {}, {}
         return out
 
+    def reset_peaks(self) -> dict[str, float]:
+        """MB of peak growth per phase since the last call ("py:" the RSS, "arrow:" Arrow's pool)."""
+        out = {k: round(v, 1) for k, v in sorted(self.peak_growth.items()) if v >= 1}
+        self.peak_growth = {}
+        return out
+
     def add(self, name: str, seconds: float) -> None:
         self.totals[name] = self.totals.get(name, 0.0) + seconds
         self.calls[name] = self.calls.get(name, 0) + 1
+
+    def _grew(self, name: str, before: tuple[float, float]) -> None:
+        for label, was, now in zip(("py", "arrow"), before, _peaks()):
+            if now > was:
+                key = f"{label}:{name}"
+                self.peak_growth[key] = self.peak_growth.get(key, 0.0) + now - was
 
     def wrap(self, name: str, fn):
         import functools
 
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            t = time.perf_counter()
+            t, peaks = time.perf_counter(), _peaks()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.add(name, time.perf_counter() - t)
+                self._grew(name, peaks)
 
         timed.__wrapped_by_bench__ = True
         return timed
@@ -247,14 +281,22 @@ class PhaseTimer:
         """Time spent producing each item of `iterator` (e.g. the source generating pages)."""
         it = iter(iterator)
         while True:
-            t = time.perf_counter()
+            t, peaks = time.perf_counter(), _peaks()
             try:
                 item = next(it)
             except StopIteration:
                 self.add(name, time.perf_counter() - t)
                 return
             self.add(name, time.perf_counter() - t)
+            self._grew(name, peaks)
             yield item
+
+
+def _peaks() -> tuple[float, float]:
+    """(peak RSS of this process, peak bytes of Arrow's default memory pool), in MB."""
+    import pyarrow as pa
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, pa.default_memory_pool().max_memory() / 2**20
 
 
 def instrument(names=PHASES) -> PhaseTimer:
@@ -263,15 +305,17 @@ def instrument(names=PHASES) -> PhaseTimer:
     timer = PhaseTimer()
     for target in names:
         module_name, _, qual = target.partition(":")
-        module = importlib.import_module(module_name)
         short = qual.split(".")[-1]
-        if "." in qual:
-            cls_name, meth = qual.split(".")
-            cls = getattr(module, cls_name)
-            original = cls.__dict__[meth]
-            setattr(cls, meth, timer.wrap(short, original))
+        try:  # the library moves functions between modules; a phase it lost is reported, not fatal
+            module = importlib.import_module(module_name)
+            owner = getattr(module, qual.split(".")[0]) if "." in qual else module
+            original = owner.__dict__[qual.split(".")[-1]] if "." in qual else getattr(module, qual)
+        except (ImportError, AttributeError, KeyError):
+            log(f"phase not timed (not found in the library): {target}")
             continue
-        original = getattr(module, qual)
+        if "." in qual:
+            setattr(owner, short, timer.wrap(short, original))
+            continue
         wrapped = timer.wrap(short, original)
         for mod_name, mod in list(sys.modules.items()):
             if mod_name.startswith("dagster_incremental") and getattr(mod, qual, None) is original:
@@ -318,3 +362,61 @@ def run_json(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tu
     record.setdefault("loadavg", [round(x, 2) for x in os.getloadavg()])
     log(f"  {wall} s  {lines[-1][:300] if lines else ''}")
     return record, wall
+
+
+# -- Spark's job list -----------------------------------------------------------------------------
+
+
+def spark_jobs(log_dir: str | os.PathLike[str], windows: list[tuple[float, float]]) -> list[list[dict[str, Any]]]:
+    """Per time window (epoch seconds: one per run), the Spark jobs submitted in it, read from
+    the event log in `log_dir` (`BENCH_EVENT_LOG`): what started the job (its SQL or call site),
+    seconds, tasks, and the rows it read and shuffled, which tell a job that reads the whole
+    table from one that reads the change."""
+    jobs: dict[int, dict[str, Any]] = {}
+    stage_job: dict[int, int] = {}
+    sql: dict[int, str] = {}
+    for path in sorted(Path(log_dir).iterdir()):
+        with open(path) as fh:
+            for line in fh:
+                _event(json.loads(line), jobs, stage_job, sql)
+    out: list[list[dict[str, Any]]] = [[] for _ in windows]
+    for job in sorted(jobs.values(), key=lambda j: j["start"]):
+        job["what"] = sql.get(job.pop("sql_id", None)) or job["what"]  # the plan says more than a call site
+        for i, (start, end) in enumerate(windows):
+            if start * 1000 <= job["start"] <= end * 1000:
+                job["seconds"] = round((job.pop("end", job["start"]) - job.pop("start")) / 1000, 3)
+                out[i].append(job)
+                break
+    return out
+
+
+def _event(event: dict[str, Any], jobs: dict, stage_job: dict, sql: dict) -> None:
+    kind = event.get("Event", "")
+    if kind == "SparkListenerJobStart":
+        props = event.get("Properties") or {}
+        what = props.get("spark.job.description") or props.get("callSite.short") or ""
+        sql_id = props.get("spark.sql.execution.id")
+        jobs[event["Job ID"]] = {"job": event["Job ID"], "start": event["Submission Time"], "what": what[:160],
+                                 "sql_id": int(sql_id) if sql_id else None,
+                                 "tasks": sum(s.get("Number of Tasks", 0) for s in event.get("Stage Infos", [])),
+                                 "rows_read": 0, "shuffle_rows_written": 0}
+        for stage in event.get("Stage IDs", []):
+            stage_job[stage] = event["Job ID"]
+    elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
+        jobs[event["Job ID"]]["end"] = event["Completion Time"]
+    elif kind == "SparkListenerTaskEnd" and stage_job.get(event.get("Stage ID")) in jobs:
+        metrics = event.get("Task Metrics") or {}
+        job = jobs[stage_job[event["Stage ID"]]]
+        job["rows_read"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+        job["shuffle_rows_written"] += (metrics.get("Shuffle Write Metrics") or {}).get("Shuffle Records Written", 0)
+    elif kind.endswith("SparkListenerSQLExecutionStart"):
+        plan = event.get("sparkPlanInfo") or {}
+        scans = [" ".join(n.split())[:90] for n in _plan_nodes(plan) if "Scan" in n]
+        sql[event["executionId"]] = " | ".join([" ".join((plan.get("simpleString") or "").split())[:70], *scans])
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[str]:
+    """Every node of a physical plan (as the event log keeps it), root first."""
+    yield plan.get("simpleString") or plan.get("nodeName") or ""
+    for child in plan.get("children") or []:
+        yield from _plan_nodes(child)

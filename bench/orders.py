@@ -8,10 +8,15 @@ on `id`, incremental on `updated_at`, all through `dg.materialize`. Same setting
     python -m bench.orders --rows 1000000 --changes 10000 --runs 6
     python -m bench.orders --rows 20000 --changes 1000 --runs 3 --verify    # checks the table (Arrow)
     python -m bench.orders --profile /tmp/orders.prof                       # cProfile of run 0
+    python -m bench.orders --rows 10000000 --runs 2 --profile /tmp/c.prof --profile-run 1 --jobs
+                                            # cProfile of the change run, Spark's jobs of each run
 
 Prints ONE JSON line: seconds per run (Spark session start excluded, reported as spark_start_s),
 total, rows in the table, peak RSS of this Python process after run 0 and at the end (the JVM's
-peak separately), and the machine's load average.
+peak separately), and the machine's load average. Per run: wall seconds by library phase
+(`phases`), by how many MB each phase raised the Python peak RSS and Arrow's peak allocation
+(`phase_peak_growth_mb`), and with `--jobs` Spark's jobs (`spark_jobs`: what, seconds, tasks,
+rows read and shuffled, from Spark's event log).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io as _io
+import os
 import pstats
+import tempfile
 import time
 
 import numpy as np
@@ -98,6 +105,19 @@ def verify(spark, table: str, runs: int, rows: int, changes: int) -> dict:
     return {"verify_s": round(time.perf_counter() - t, 3), "verified_rows": got.num_rows}
 
 
+def table_files(spark, table: str) -> dict[str, int]:
+    """Data and delete files and deleted positions of the table's current snapshot (its summary,
+    read from the Iceberg Table object: no Spark job). What a reader pays, and what the IO
+    manager's compaction rule looks at."""
+    iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    summary = dict(snapshot.summary()) if snapshot is not None else {}
+    keys = ("total-data-files", "total-delete-files", "total-position-deletes", "added-delete-files")
+    return {k.replace("total-", "").replace("-", "_"): int(summary.get(k, 0)) for k in keys} | {
+        "operation": str(snapshot.operation()) if snapshot is not None else None}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -105,14 +125,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--profile", help="write a cProfile of run 0 to this file (top 40 to stderr)")
+    ap.add_argument("--profile-run", type=int, default=0, help="the run --profile profiles (default 0)")
+    ap.add_argument("--jobs", action="store_true", help="list each run's Spark jobs (from Spark's event log)")
+    ap.add_argument("--rows-per-file", type=int, help="rows per Parquet file of a local load (the library's "
+                    "ROWS_PER_FILE): gives a small table the file count of a large one")
     ap.add_argument("--no-phases", action="store_true", help="do not time library phases")
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
     args = ap.parse_args(argv)
 
     import dagster as dg
 
+    if args.rows_per_file:
+        from dagster_incremental.spark.local import append
+
+        append.ROWS_PER_FILE = args.rows_per_file
     state = {"run": 0}
     with common.workdir("bench_orders_", CONFIG) as wd:
+        if args.jobs:
+            os.environ["BENCH_EVENT_LOG"] = tempfile.mkdtemp(prefix="events_", dir=wd.root)
         instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
         io = common.io_manager(wd, args.master)
         spark, spark_start = common.start_spark(io)
@@ -123,21 +153,27 @@ def main(argv: list[str] | None = None) -> dict:
         peak_first = None
         meta: list[dict] = []
         phases: list[dict] = []
+        peaks: list[dict] = []
+        files: list[dict] = []
+        windows: list[tuple[float, float]] = []
         for run in range(args.runs):
             state["run"] = run
-            prof = cProfile.Profile() if (args.profile and run == 0) else None
-            t = time.perf_counter()
+            prof = cProfile.Profile() if (args.profile and run == args.profile_run) else None
+            t, started = time.perf_counter(), time.time()
             if prof:
                 prof.enable()
             result = dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=common.QUIET)
             if prof:
                 prof.disable()
             seconds.append(round(time.perf_counter() - t, 3))
+            windows.append((started, time.time()))
             assert result.success, "run failed"
             phases.append(timer.reset() if timer else {})
+            peaks.append(timer.reset_peaks() if timer else {})
             m = result.get_asset_materialization_events()[-1].materialization.metadata
             meta.append({k.split("/")[-1]: m[k].value for k in (
                 "dagster_incremental/rows_inserted", "dagster_incremental/rows_updated", "dagster/row_count")})
+            files.append(table_files(spark, io.table_name(dg.AssetKey("orders")).sql))
             if run == 0:
                 peak_first = common.py_peak_rss_mb()
             if prof:
@@ -145,7 +181,7 @@ def main(argv: list[str] | None = None) -> dict:
                 out = _io.StringIO()
                 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
                 common.log(out.getvalue())
-            common.log(f"run {run}: {seconds[-1]} s {meta[-1]} {phases[-1]}")
+            common.log(f"run {run}: {seconds[-1]} s {meta[-1]} {files[-1]} {phases[-1]} peak growth MB {peaks[-1]}")
         table = io.table_name(dg.AssetKey("orders")).sql
         n = spark.table(table).count()
         # Peaks before the verification adds its own tables.
@@ -168,12 +204,21 @@ def main(argv: list[str] | None = None) -> dict:
             "py_workers_peak_rss_mb": common.workers_rss_mb(spark),
             "per_run": meta,
             "phases": phases,
+            "phase_peak_growth_mb": peaks,
+            "table_files": files,
             "verified": bool(args.verify),
             **checked,
             **common.machine(),
         }
         spark.stop()
         instance.dispose()
+        if args.jobs:
+            record["spark_jobs"] = common.spark_jobs(os.environ.pop("BENCH_EVENT_LOG"), windows)
+            for run, jobs in enumerate(record["spark_jobs"]):
+                common.log(f"run {run}: {len(jobs)} Spark jobs, {sum(j['seconds'] for j in jobs):.2f} s")
+                for j in jobs:
+                    common.log(f"  {j['seconds']:7.2f} s {j['tasks']:4d} tasks {j['rows_read']:>11,} read "
+                               f"{j['shuffle_rows_written']:>11,} shuffled  {j['what']}")
     common.emit(record)
     return record
 
