@@ -86,3 +86,21 @@ def test_a_column_missing_from_a_pages_first_row_is_kept():
             {"id": 2, "at": 2, "note": "late field", "extra": None},
             {"id": 3, "at": 3, "note": None, "extra": 1.5},
         ]
+
+
+def test_the_dedup_columns_of_spilled_rows_cost_no_copy_of_the_other_columns():
+    """The dedup decision reads the key columns of every row; reading them back from the spill
+    files must not bring the other columns into memory (a 100M-row first load kept all of them,
+    ~6 GB), and the columns stay readable after the files are removed."""
+    wide = "x" * 200
+    rows = LocalRows(spill_bytes=1 << 20)
+    for p in range(20):  # ~2 MB of wide text per page, spilled page by page
+        rows.add(pa.table({"id": np.arange(p * 10_000, (p + 1) * 10_000), "text": [wide] * 10_000}))
+    rows.finish()
+    assert rows.spilled
+    before = pa.total_allocated_bytes()
+    keys = rows.columns(["id"])
+    allocated = pa.total_allocated_bytes() - before
+    rows.close()
+    assert allocated < 10 << 20  # the text alone is 40 MB
+    assert keys.column_names == ["id"] and keys["id"].to_numpy().tolist() == list(range(200_000))
