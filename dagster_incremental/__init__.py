@@ -7,9 +7,13 @@ The Dagster and Spark side is imported lazily, so `from dagster_incremental impo
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+try:  # pyproject.toml's `version` is the one source; the installed metadata carries it
+    __version__ = importlib.metadata.version("dagster-incremental")
+except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 # The pure cursor engine is imported eagerly (it loads neither Dagster nor Spark).
 from dagster_incremental.cursor.run import IncrementalRun  # noqa: E402
