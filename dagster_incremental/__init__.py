@@ -18,6 +18,7 @@ except importlib.metadata.PackageNotFoundError:  # imported from a checkout that
 # The pure cursor engine is imported eagerly (it loads neither Dagster nor Spark).
 from dagster_incremental.cursor.run import IncrementalRun  # noqa: E402
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental  # noqa: E402
+from dagster_incremental.cursor.upstream import Changes, changes_of  # noqa: E402
 
 _EXPORTS: dict[str, str] = {
     # config.toml
@@ -39,9 +40,10 @@ _EXPORTS: dict[str, str] = {
     "ConcurrentRunError": "dagster_incremental.errors",
     "JavaNotFound": "dagster_incremental.errors",
     "TableCursorMissing": "dagster_incremental.errors",
+    "UpstreamRewritten": "dagster_incremental.errors",
 }
 
-__all__ = sorted([*_EXPORTS, "Incremental", "IncrementalRun", "IncrementalSpec", "incremental"])
+__all__ = sorted([*_EXPORTS, "Changes", "Incremental", "IncrementalRun", "IncrementalSpec", "changes_of", "incremental"])
 
 
 def __getattr__(name: str) -> Any:
@@ -72,6 +74,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, no
         JavaNotFound,
         PrimaryKeyMissing,
         TableCursorMissing,
+        UpstreamRewritten,
     )
     from dagster_incremental.dagster.io_manager import SparkTableIOManager
     from dagster_incremental.dagster.sensors import build_incremental_sensor

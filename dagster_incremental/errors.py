@@ -110,3 +110,16 @@ class TableCursorMissing(IncrementalError):
                  run_id: str | None = None) -> None:
         super().__init__(message)
         self.asset, self.table, self.run_id = asset, table, run_id
+
+
+class UpstreamRewritten(IncrementalError):
+    """The upstream snapshot a downstream asset read up to is no longer in the upstream table's
+    history (the table was replaced, rolled back, or the snapshot expired): the changes since it
+    can't be known, so the run fails instead of skipping them.
+
+    `upstream` (table name) and `snapshot_id` (the cursor the downstream holds).
+    """
+
+    def __init__(self, message: str, *, upstream: str | None = None, snapshot_id: int | None = None) -> None:
+        super().__init__(message)
+        self.upstream, self.snapshot_id = upstream, snapshot_id

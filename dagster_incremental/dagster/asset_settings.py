@@ -21,6 +21,7 @@ from dagster_incremental.dagster.partition_scope import TenantPartitions, check_
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.errors import find_name, section_text, suggest
+from dagster_incremental.dagster.upstream import is_changes_param
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
 from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
@@ -238,6 +239,8 @@ def reserved_params(func) -> dict[str, str]:
     for index, param in enumerate(inspect.signature(func).parameters.values()):
         if _is_incremental_param(param):
             out[param.name] = "an incremental argument (its cursor comes from config.toml)"
+        elif is_changes_param(param):
+            out[param.name] = "an upstream's changes (each run reads them)"
         elif index == 0 and param.name in ("context", "ctx"):
             out[param.name] = "the context parameter"
     return out
@@ -253,6 +256,8 @@ def _resolve_cursors(
     for index, param in enumerate(params):
         if _is_incremental_param(param):
             cursors[param.name] = _cursor_spec(asset_name, param, from_config.get(param.name, {}), cfg)
+        elif is_changes_param(param):
+            continue
         elif index == 0 and param.name in ("context", "ctx"):
             continue
         elif param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):

@@ -20,6 +20,7 @@ from dagster_incremental.errors import IncrementalSettingsWarning
 
 from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings
 from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
+from dagster_incremental.dagster.upstream import changes_params
 
 
 @overload
@@ -168,6 +169,8 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
     kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
     kwargs.setdefault("kinds", {"spark", "iceberg"})
+    if upstream_deps := list(changes_params(func).values()):  # lineage, and automation's trigger
+        kwargs["deps"] = [*kwargs.get("deps", ()), *upstream_deps]
     if checks.check_specs(settings):
         kwargs["check_specs"] = [*kwargs.get("check_specs", ()), *checks.check_specs(settings)]
 

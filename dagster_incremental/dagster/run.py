@@ -31,6 +31,7 @@ from dagster_incremental.dagster.partition_counts import RangeCommit, partition_
 from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
+from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
 from dagster_incremental.spark.write_spec import (
     CommitInfo,
     IncrementalBatch,
@@ -98,6 +99,8 @@ class Runner:
         self.io_manager_key = io_manager_key
         self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
         self.sliced = sliced_argument(settings)  # the argument whose step cuts runs into slices
+        self.upstream = UpstreamInputs(func)  # its `Changes` parameters
+        check_upstream_supported(self.upstream, settings, self.sliced)
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
         try:
@@ -135,14 +138,17 @@ class Runner:
             in_force = self._state_in_force(context, stored, plan)
             self._check_write_keys(in_force, plan)
             runs = self.bind(context, plan, in_force)
+            changes = self.upstream.read(context, io, self._unchanged_state(stored, plan.scope), plan.restart) if self.upstream else {}
             slices = plan_slices(runs, self.sliced)
             if slices is None:
-                frame, staged = self.load(context, io, runs, spec, secret_kwargs, plan.rows_of)
+                frame, staged = self.load(context, io, runs, spec, {**secret_kwargs, **changes}, plan.rows_of)
         if slices is not None:
             return SlicedRun(self, context, io, plan, stored, spec, started).run(
                 runs, slices, in_force, table_snapshot, secret_kwargs, redactor
             )
         state = self.state_after(runs, plan, stored)
+        if plan.mode == "incremental":
+            state = self.upstream.record(state, changes, bool(runs))
         batch = self.batch_for(
             context, plan, spec, frame, staged, state, table_snapshot, started, self.window_replace(plan, runs)
         )

@@ -1,0 +1,100 @@
+"""Downstream assets that read an upstream table's changes: the Dagster side.
+
+A parameter annotated `Changes` names an upstream asset (its own name, or `changes_of(...)`).
+The asset depends on it (lineage, automation), each run reads what the upstream committed
+since the snapshot in this asset's cursor, and the cursor it commits with its own rows is the
+upstream snapshot it read up to: `state["upstream"][<parameter>]`, shown with the state in the UI.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from dagster_incremental.cursor.upstream import Changes, UpstreamOf, plan_read
+from dagster_incremental.errors import IncrementalError
+
+UPSTREAM = "upstream"  # the state's key holding each Changes parameter's cursor
+
+
+def is_changes_param(param: inspect.Parameter) -> bool:
+    annotation = param.annotation
+    if isinstance(annotation, str):
+        return annotation.split(".")[-1] == "Changes"
+    return annotation is Changes or isinstance(param.default, UpstreamOf)
+
+
+def changes_params(func) -> dict[str, dg.AssetKey]:
+    """Each `Changes` parameter of `func` and the upstream asset it reads."""
+    out = {}
+    for param in inspect.signature(func).parameters.values():
+        if is_changes_param(param):
+            path = param.default.asset if isinstance(param.default, UpstreamOf) else (param.name,)
+            out[param.name] = dg.AssetKey(list(path))
+    return out
+
+
+class UpstreamInputs:
+    """The `Changes` parameters of one asset function: what each run reads and records."""
+
+    def __init__(self, func):
+        self.keys = changes_params(func)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+    def read(self, context, io, state: Mapping[str, Any] | None, restart: bool) -> dict[str, Changes]:
+        """Each parameter's changes since the cursor in `state` (all rows when `restart`)."""
+        from dagster_incremental.spark.changes import read_changes, snapshot_history
+
+        out = {}
+        cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
+        for name, key in self.keys.items():
+            table = io.table_name(key)
+            history, current = snapshot_history(io.spark, table)
+            if current is None:
+                raise IncrementalError(
+                    f"upstream asset {key.to_user_string()} (parameter {name!r}) has no table {table.display} "
+                    "yet, or it has no commit: materialize it first."
+                )
+            cursor = (cursors.get(name) or {}).get("snapshot_id")
+            read = plan_read(table.display, history, current, cursor)
+            context.log.info(
+                f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
+                + (f" ({len(read.commits)} commits)" if read.commits else "")
+            )
+            out[name] = Changes(table.display, read.kind, read.start, read.end, read_changes(io.spark, table, read))
+        return out
+
+    def record(self, state: Mapping[str, Any] | None, changes: Mapping[str, Changes], has_cursor: bool) -> Any:
+        """`state` with each parameter's cursor: the upstream snapshot read up to. Without an
+        `Incremental` cursor of its own, `last_value` is that snapshot (one upstream) too."""
+        if not changes or state is None:
+            return state
+        upstream = {name: {"table": c.upstream, "snapshot_id": c.end_snapshot_id} for name, c in changes.items()}
+        out = {**state, UPSTREAM: upstream}
+        if not has_cursor and len(changes) == 1:
+            out["last_value"] = next(iter(changes.values())).end_snapshot_id
+        return out
+
+
+def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | None) -> None:
+    """What a `Changes` parameter does not combine with yet fails at definition, named."""
+    from dagster_incremental.errors import IncrementalConfigError
+
+    if not inputs:
+        return
+    names = ", ".join(inputs.keys)
+    if settings.partitions_def is not None:
+        raise IncrementalConfigError(
+            f"asset {settings.name!r}: Changes parameters ({names}) are read by unpartitioned assets only; "
+            "remove partitions_def, or read the upstream as a DataFrame input instead"
+        )
+    if sliced is not None:
+        raise IncrementalConfigError(
+            f"asset {settings.name!r}: step on argument {sliced!r} cannot cut a run that reads Changes ({names}); "
+            "remove step"
+        )

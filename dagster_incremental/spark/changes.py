@@ -1,0 +1,129 @@
+"""The rows an upstream Iceberg table changed between two of its snapshots, as one DataFrame.
+
+Every row carries `_change_type`: "INSERT" (a new row, or the new version of an updated one) or
+"DELETE" (a row the upstream no longer holds, or the old version of an updated one). Three reads:
+
+- full: the table as of the end snapshot, every row an INSERT (first run, full refresh);
+- append: Iceberg's incremental read between two snapshot ids (only appended files are read);
+- changes: any commit may have updated or deleted rows. Iceberg's changelog scan refuses delete
+  files (merge-on-read tables, which keyed merges write), so the change set is built from the
+  commits' file entries: rows live at the end in data files added since the start are the
+  INSERTs; rows live at the start in data files removed since, or at positions deleted since,
+  are the DELETEs. A row on both sides (a file rewritten by copy-on-write or compaction, the
+  row itself unchanged) is dropped from both: what remains is the net change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
+from dagster_incremental.spark.commit import iceberg_table
+from dagster_incremental.spark.table_ref import TableRef
+
+CHANGE_TYPE = "_change_type"
+INSERT, DELETE = "INSERT", "DELETE"
+_FILE, _POS = "_file", "_pos"
+
+
+def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
+    """The table's snapshots and its current one (None: no table or no commit yet); no Spark job."""
+    if not spark.catalog.tableExists(table.sql):
+        return [], None
+    iceberg = iceberg_table(spark, table)
+    iceberg.refresh()  # another process may have committed since this session cached it
+    history = [
+        Snapshot(snap.snapshotId(), snap.parentId(), snap.operation())
+        for snap in iceberg.snapshots()
+    ]
+    current = iceberg.currentSnapshot()
+    return history, current.snapshotId() if current is not None else None
+
+
+def read_changes(spark, table: TableRef, read: UpstreamRead):
+    """The rows `read` covers, with `_change_type` (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    if read.kind == "none":
+        return _empty(spark, table, read.end)
+    if read.kind == "full":
+        return _at(spark, table, read.end).withColumn(CHANGE_TYPE, F.lit(INSERT))
+    if read.kind == "append":
+        frame = (
+            spark.read.format("iceberg")
+            .option("start-snapshot-id", str(read.start))
+            .option("end-snapshot-id", str(read.end))
+            .load(table.sql)
+        )
+        return frame.withColumn(CHANGE_TYPE, F.lit(INSERT))
+    return _net_changes(spark, table, read)
+
+
+def _at(spark, table: TableRef, snapshot_id: int | None):
+    if snapshot_id is None:
+        return spark.table(table.sql)
+    return spark.read.format("iceberg").option("snapshot-id", str(int(snapshot_id))).load(table.sql)
+
+
+def _empty(spark, table: TableRef, snapshot_id: int | None):
+    from pyspark.sql import functions as F
+
+    if snapshot_id is None and not spark.catalog.tableExists(table.sql):
+        raise ValueError(f"table {table.display} does not exist")
+    return _at(spark, table, snapshot_id).limit(0).withColumn(CHANGE_TYPE, F.lit(INSERT))
+
+
+def _net_changes(spark, table: TableRef, read: UpstreamRead):
+    from pyspark.sql import functions as F
+
+    added, removed, delete_files = _file_entries(spark, table, read.commits)
+    end, start = _at(spark, table, read.end), _at(spark, table, read.start)
+    columns = end.columns
+    inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
+    gone = start.where(F.col(_FILE).isin(removed)).select(*start.columns) if removed else start.limit(0)
+    if delete_files:
+        gone = gone.unionByName(_position_deleted(spark, table, start, delete_files), allowMissingColumns=True)
+    gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
+    # A row on both sides was only rewritten (copy-on-write, compaction): not a change.
+    net_in, net_out = inserted.exceptAll(gone), gone.exceptAll(inserted)
+    return net_in.withColumn(CHANGE_TYPE, F.lit(INSERT)).unionByName(net_out.withColumn(CHANGE_TYPE, F.lit(DELETE)))
+
+
+def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[str]]:
+    """Data files added and removed, and delete files added, by `commits` (metadata only)."""
+    from pyspark.sql import functions as F
+
+    entries = (
+        spark.read.format("iceberg").load(f"{table.sql}.all_entries")
+        .where(F.col("snapshot_id").isin([int(c) for c in commits]) & F.col("status").isin(1, 2))
+        .select("status", F.col("data_file.content").alias("content"), F.col("data_file.file_path").alias("path"))
+        .distinct()
+        .collect()
+    )
+    added = [e.path for e in entries if e.status == 1 and e.content == 0]
+    removed = [e.path for e in entries if e.status == 2 and e.content == 0]
+    deletes = [e.path for e in entries if e.status == 1 and e.content != 0]
+    return added, sorted(set(removed) - set(added)), deletes
+
+
+def _position_deleted(spark, table: TableRef, start, delete_files: Sequence[str]):
+    """Rows live at the start snapshot at the positions the new delete files delete."""
+    from pyspark.sql import functions as F
+
+    positions = (
+        spark.read.format("iceberg").load(f"{table.sql}.position_deletes")
+        .where(F.col("delete_file_path").isin(list(delete_files)))
+        .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
+        .distinct()
+    )
+    files = [r[0] for r in positions.select(_FILE).distinct().collect()]
+    if not files:
+        return start.limit(0).select(*start.columns)
+    rows = start.where(F.col(_FILE).isin(files)).select(*start.columns, _FILE, _POS)
+    return rows.join(positions, [_FILE, _POS], "left_semi").drop(_FILE, _POS)
+
+
+def change_columns(frame: Any) -> list[str]:
+    """The upstream's own columns of a change frame (without `_change_type`)."""
+    return [c for c in frame.columns if c != CHANGE_TYPE]

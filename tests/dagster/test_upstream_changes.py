@@ -1,0 +1,216 @@
+"""Assets reading an upstream's changes: what the function received, the cursor, the table.
+
+A chain source -> orders (written by the library) -> downstream asset(s) taking `orders: Changes`.
+Each test records the rows the downstream function received, so "only the changed rows were read"
+is asserted on the input itself, not only on the downstream table.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import dagster as dg
+import pytest
+from pyspark.sql import functions as F
+
+from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
+from dagster_incremental.errors import IncrementalConfigError
+
+pytestmark = pytest.mark.spark
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@pytest.fixture
+def namespace():
+    return "t_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def config_file(tmp_path, catalog, namespace):
+    path = tmp_path / "config.toml"
+    path.write_text(catalog.config_toml(namespace))
+    return str(path)
+
+
+@pytest.fixture
+def io_manager(spark, catalog, namespace):
+    return catalog.io_manager(namespace)
+
+
+def run(assets, instance, io, full_refresh: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
+    config = {**QUIET, "ops": {name: {"config": {"full_refresh": True}} for name in full_refresh}}
+    return dg.materialize(assets, instance=instance, resources={"io_manager": io}, run_config=config,
+                          raise_on_error=False)
+
+
+def rows(frame, *columns) -> list[tuple]:
+    return sorted(tuple(r) for r in frame.select(*columns).collect())
+
+
+def table(spark, io, name: str, *columns) -> list[tuple]:
+    return rows(spark.table(io.table_name(dg.AssetKey(name)).sql), *columns)
+
+
+def state_of(result, name: str) -> dict:
+    mats = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey(name)]
+    data = mats[-1].materialization.metadata["dagster_incremental/state"].data
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def snapshot_now(spark, io, name: str) -> int:
+    table_ref = io.table_name(dg.AssetKey(name))
+    return spark.sql(f"SELECT snapshot_id FROM {table_ref.sql}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+
+
+def failure_text(result) -> str:
+    error = result.get_step_failure_events()[0].step_failure_data.error
+    parts = []
+    while error is not None:
+        parts.append(error.message)
+        error = error.cause
+    return "\n".join(parts)
+
+
+def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(spark, instance, io_manager, config_file):
+    source = [{"id": i, "amount": 10 * i, "seq": i} for i in range(1, 4)]
+    received = []
+
+    @incremental_asset(config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(config_path=config_file)
+    def orders_enriched(orders: Changes):
+        received.append((orders.kind, rows(orders.df, "id", "_change_type")))
+        return orders.upserts().withColumn("amount_eur", F.col("amount") * 2)
+
+    first = run([orders, orders_enriched], instance, io_manager)
+    assert first.success
+    assert received[-1] == ("full", [(1, "INSERT"), (2, "INSERT"), (3, "INSERT")])
+    upstream_snapshot = snapshot_now(spark, io_manager, "orders")
+    state = state_of(first, "orders_enriched")
+    assert state["last_value"] == upstream_snapshot
+    assert state["upstream"]["orders"]["snapshot_id"] == upstream_snapshot
+    committed = io_manager.committed_state(dg.AssetKey("orders_enriched"))
+    assert committed.state["upstream"] == state["upstream"]  # in the same commit as the rows
+
+    source.extend({"id": i, "amount": 10 * i, "seq": i} for i in (4, 5))
+    second = run([orders, orders_enriched], instance, io_manager)
+    assert second.success
+    assert received[-1] == ("append", [(4, "INSERT"), (5, "INSERT")])
+    assert table(spark, io_manager, "orders_enriched", "id", "amount_eur") == [(i, 20 * i) for i in range(1, 6)]
+    assert state_of(second, "orders_enriched")["last_value"] == snapshot_now(spark, io_manager, "orders")
+
+    third = run([orders_enriched], instance, io_manager)  # the upstream did not change
+    assert third.success
+    assert received[-1] == ("none", [])
+    assert table(spark, io_manager, "orders_enriched", "id") == [(i,) for i in range(1, 6)]
+
+
+def test_merge_upstream_gives_changed_and_deleted_rows_with_their_kind(spark, instance, io_manager, config_file):
+    source = {i: {"id": i, "amount": 10 * i, "deleted": False} for i in range(1, 6)}
+    received = []
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       columns={"deleted": {"hard_delete": True}}, config_path=config_file)
+    def orders():
+        return [dict(r) for r in source.values()]
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       columns={"deleted": {"hard_delete": True}}, config_path=config_file)
+    def orders_enriched(orders: Changes):
+        received.append((orders.kind, rows(orders.df, "id", "amount", "_change_type")))
+        kept = orders.upserts().select("id", (F.col("amount") + 1).alias("amount_plus"), "deleted")
+        gone = orders.deletes("id").select("id", F.lit(None).cast("long").alias("amount_plus"), F.lit(True).alias("deleted"))
+        return kept.unionByName(gone)
+
+    assert run([orders, orders_enriched], instance, io_manager).success
+    source.clear()
+    source.update({2: {"id": 2, "amount": 99, "deleted": False}, 4: {"id": 4, "amount": 40, "deleted": True},
+                   6: {"id": 6, "amount": 60, "deleted": False}})
+    assert run([orders, orders_enriched], instance, io_manager).success
+    assert received[-1] == ("changes", [(2, 20, "DELETE"), (2, 99, "INSERT"), (4, 40, "DELETE"), (6, 60, "INSERT")])
+    assert table(spark, io_manager, "orders_enriched", "id", "amount_plus") == [(1, 11), (2, 100), (3, 31), (5, 51), (6, 61)]
+    assert table(spark, io_manager, "orders", "id", "amount") == [(1, 10), (2, 99), (3, 30), (5, 50), (6, 60)]
+
+
+def test_rewritten_upstream_fails_clearly_until_a_full_refresh(spark, instance, io_manager, config_file):
+    source = [{"id": i, "seq": i} for i in range(1, 4)]
+    received = []
+
+    @incremental_asset(config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(config_path=config_file)
+    def copy(upstream: Changes = changes_of("orders")):
+        received.append((upstream.kind, rows(upstream.df, "id")))
+        return upstream.upserts()
+
+    assert run([orders, copy], instance, io_manager).success
+    before = state_of(run([copy], instance, io_manager), "copy")
+    source[:] = [{"id": 7, "seq": 7}]
+    assert run([orders], instance, io_manager, full_refresh=("orders",)).success  # the table is replaced
+
+    failed = run([copy], instance, io_manager)
+    assert not failed.success
+    message = failure_text(failed)
+    assert f"snapshot {before['last_value']}" in message and "full refresh" in message
+    assert table(spark, io_manager, "copy", "id") == [(1,), (2,), (3,)]  # untouched
+    assert io_manager.committed_state(dg.AssetKey("copy")).state["upstream"] == before["upstream"]
+
+    refreshed = run([copy], instance, io_manager, full_refresh=("copy",))
+    assert refreshed.success
+    assert received[-1] == ("full", [(7,)])
+    assert table(spark, io_manager, "copy", "id") == [(7,)]
+    assert state_of(refreshed, "copy")["last_value"] == snapshot_now(spark, io_manager, "orders")
+
+
+def test_three_asset_chain_passes_one_change_through(spark, instance, io_manager, config_file):
+    source = [{"id": i, "day": f"2024-01-0{1 + i % 3}", "amount": i, "seq": i} for i in range(1, 10)]
+    received = {"enriched": [], "daily": []}
+
+    @incremental_asset(config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(config_path=config_file)
+    def orders_enriched(orders: Changes):
+        received["enriched"].append(rows(orders.df, "id"))
+        return orders.upserts().withColumn("amount2", F.col("amount") * 2)
+
+    @incremental_asset(primary_key="day", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=config_file)
+    def revenue_by_day(context: dg.AssetExecutionContext, orders_enriched: Changes):
+        received["daily"].append(rows(orders_enriched.df, "id"))
+        days = orders_enriched.upserts().select("day").distinct()
+        spark_ = orders_enriched.df.sparkSession
+        whole = spark_.table(context.resources.io_manager.table_name(dg.AssetKey("orders_enriched")).sql)
+        return whole.join(days, "day").groupBy("day").agg(F.sum("amount2").alias("revenue"))
+
+    chain = [orders, orders_enriched, revenue_by_day]
+    assert run(chain, instance, io_manager).success
+    source.append({"id": 10, "day": "2024-01-02", "amount": 10, "seq": 10})
+    assert run(chain, instance, io_manager).success
+    assert received["enriched"][-1] == [(10,)] and received["daily"][-1] == [(10,)]
+    expected = {}
+    for r in source:
+        expected[r["day"]] = expected.get(r["day"], 0) + 2 * r["amount"]
+    assert table(spark, io_manager, "revenue_by_day", "day", "revenue") == sorted(expected.items())
+
+
+def test_changes_parameter_needs_an_unpartitioned_asset(config_file):
+    with pytest.raises(IncrementalConfigError, match="orders_daily.*Changes parameters \\(orders\\).*unpartitioned"):
+        @incremental_asset(partitions_def=dg.DailyPartitionsDefinition("2024-01-01"), config_path=config_file)
+        def orders_daily(orders: Changes):
+            return orders.upserts()
+
+
+def test_the_upstream_is_a_dependency_for_lineage_and_automation(config_file):
+    @incremental_asset(config_path=config_file, automation_condition=dg.AutomationCondition.eager())
+    def enriched(orders: Changes, shop: Changes = changes_of("raw/shop")):
+        return orders.upserts()
+
+    assert set(enriched.asset_deps[enriched.key]) == {dg.AssetKey("orders"), dg.AssetKey(["raw", "shop"])}
