@@ -20,13 +20,15 @@ from definitions.assets import (
     customers,
     daily_events,
     orders,
+    orders_enriched,
     orders_high_water_mark,
+    revenue_by_day,
 )
 
 main_job = dg.define_asset_job(
     "main",
-    selection=[orders, customers, api_events, customer_revenue],
-    description="The shop and web assets and the revenue rollup, each continuing from its cursor.",
+    selection=[orders, customers, api_events, customer_revenue, orders_enriched, revenue_by_day],
+    description="The shop and web assets, the revenue rollup and the orders chain, each continuing from its cursor.",
 )
 daily_events_job = dg.define_asset_job(
     "daily_events_job", selection=[daily_events], partitions_def=daily_events.partitions_def
@@ -43,7 +45,7 @@ def daily_events_hourly(context: dg.ScheduleEvaluationContext):
 orders_sensor = build_incremental_sensor(orders, probe=orders_high_water_mark, minimum_interval_seconds=30)
 
 defs = dg.Definitions(
-    assets=[orders, customers, api_events, daily_events, customer_revenue],
+    assets=[orders, customers, api_events, daily_events, customer_revenue, orders_enriched, revenue_by_day],
     jobs=[main_job, daily_events_job],
     schedules=[daily_events_hourly],
     sensors=[orders_sensor],

@@ -18,7 +18,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_incremental import Incremental, incremental_asset
+from dagster_incremental import Changes, Incremental, incremental_asset
 from definitions.sources import event_files, events_api, events_root, shop_db, shop_db_path, utc_now
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,6 +131,42 @@ def customer_revenue(orders: DataFrame, customers: DataFrame) -> DataFrame:
         .groupBy("tier", "country")
         .agg(F.round(F.sum("amount"), 2).alias("revenue"), F.count(F.lit(1)).alias("orders"))
     )
+
+
+# -- a chain of incremental transformations: orders -> orders_enriched -> revenue_by_day -------------
+# Each reads only what its upstream committed since its own last run (a `Changes` argument), and
+# starts by itself when its upstream materializes (AutomationCondition.eager(), with the
+# automation sensor on in the UI).
+
+EUR_PER_UNIT = {"EUR": 1.0, "GBP": 1.17, "USD": 0.92, "BRL": 0.17, "PLN": 0.23, "SEK": 0.088}
+
+
+@incremental_asset(group_name="shop", config_path=CONFIG, automation_condition=dg.AutomationCondition.eager())
+def orders_enriched(orders: Changes) -> DataFrame:
+    """Each order with its day and its amount in EUR, from the orders changed since the last run.
+
+    An order deleted upstream arrives as a DELETE change and is deleted here (is_deleted hint).
+    """
+    changed = orders.upserts().unionByName(orders.deletes("id").withColumn("is_deleted", F.lit(True)))
+    rate = F.create_map(*[F.lit(x) for pair in EUR_PER_UNIT.items() for x in pair])[F.col("currency")]
+    return changed.select(
+        "id", "customer_id", "status", "currency", "is_deleted", "updated_at",
+        F.to_date(F.col("created_at").cast("timestamp")).alias("order_day"),
+        F.round(F.col("amount") * F.coalesce(rate, F.lit(1.0)), 2).alias("amount_eur"),
+    )
+
+
+@incremental_asset(group_name="shop", config_path=CONFIG, automation_condition=dg.AutomationCondition.eager())
+def revenue_by_day(orders_enriched: Changes) -> DataFrame:
+    """Revenue in EUR per order day: only the days the changed orders fall on are recomputed."""
+    days = orders_enriched.df.select("order_day").distinct()
+    totals = (
+        orders_enriched.table.join(days, "order_day")
+        .groupBy("order_day")
+        .agg(F.round(F.sum("amount_eur"), 2).alias("revenue_eur"), F.count(F.lit(1)).alias("orders"))
+    )
+    # a day whose last order was deleted shows 0, not its old revenue
+    return days.join(totals, "order_day", "left").fillna(0, ["revenue_eur", "orders"])
 
 
 def orders_high_water_mark() -> str | None:

@@ -103,7 +103,8 @@ class Changes:
 
     `df`: a Spark DataFrame of the upstream's columns plus `_change_type`, "INSERT" (a new row or
     the new version of an updated one) or "DELETE" (a row gone, or the old version of an updated
-    one). `kind`: "full" (first run or full refresh: every row, all INSERT), "append" (only
+    one). `table`: the whole upstream as of the snapshot read up to, for what needs more than
+    the changed rows (an aggregate recomputes the groups the changes touch). `kind`: "full" (first run or full refresh: every row, all INSERT), "append" (only
     appended rows), "changes" (inserts and deletes) or "none" (nothing new).
     """
 
@@ -112,6 +113,7 @@ class Changes:
     start_snapshot_id: int | None  # exclusive: what the previous run read up to
     end_snapshot_id: int | None  # inclusive: this run's cursor
     df: Any = None
+    table: Any = None  # the whole upstream table as of end_snapshot_id (a lazy DataFrame)
 
     def upserts(self) -> Any:
         """The INSERT rows (new rows and new versions), without `_change_type`."""

@@ -48,7 +48,7 @@ class UpstreamInputs:
 
     def read(self, context, io, state: Mapping[str, Any] | None, restart: bool) -> dict[str, Changes]:
         """Each parameter's changes since the cursor in `state` (all rows when `restart`)."""
-        from dagster_incremental.spark.changes import read_changes, snapshot_history
+        from dagster_incremental.spark.changes import read_changes, snapshot_history, table_at
 
         out = {}
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
@@ -66,7 +66,10 @@ class UpstreamInputs:
                 f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
                 + (f" ({len(read.commits)} commits)" if read.commits else "")
             )
-            out[name] = Changes(table.display, read.kind, read.start, read.end, read_changes(io.spark, table, read))
+            out[name] = Changes(
+                table.display, read.kind, read.start, read.end,
+                df=read_changes(io.spark, table, read), table=table_at(io.spark, table, read.end),
+            )
         return out
 
     def record(self, state: Mapping[str, Any] | None, changes: Mapping[str, Changes], has_cursor: bool) -> Any:

@@ -60,6 +60,11 @@ def read_changes(spark, table: TableRef, read: UpstreamRead):
     return _net_changes(spark, table, read)
 
 
+def table_at(spark, table: TableRef, snapshot_id: int | None):
+    """The table as of one snapshot (lazy: no Spark job until it is used)."""
+    return _at(spark, table, snapshot_id)
+
+
 def _at(spark, table: TableRef, snapshot_id: int | None):
     if snapshot_id is None:
         return spark.table(table.sql)

@@ -15,7 +15,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
-from dagster_incremental.errors import IncrementalConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -199,18 +198,3 @@ def test_three_asset_chain_passes_one_change_through(spark, instance, io_manager
     for r in source:
         expected[r["day"]] = expected.get(r["day"], 0) + 2 * r["amount"]
     assert table(spark, io_manager, "revenue_by_day", "day", "revenue") == sorted(expected.items())
-
-
-def test_changes_parameter_needs_an_unpartitioned_asset(config_file):
-    with pytest.raises(IncrementalConfigError, match="orders_daily.*Changes parameters \\(orders\\).*unpartitioned"):
-        @incremental_asset(partitions_def=dg.DailyPartitionsDefinition("2024-01-01"), config_path=config_file)
-        def orders_daily(orders: Changes):
-            return orders.upserts()
-
-
-def test_the_upstream_is_a_dependency_for_lineage_and_automation(config_file):
-    @incremental_asset(config_path=config_file, automation_condition=dg.AutomationCondition.eager())
-    def enriched(orders: Changes, shop: Changes = changes_of("raw/shop")):
-        return orders.upserts()
-
-    assert set(enriched.asset_deps[enriched.key]) == {dg.AssetKey("orders"), dg.AssetKey(["raw", "shop"])}
