@@ -25,6 +25,7 @@ from dagster_incremental.spark.table_ref import TableRef
 CHANGE_TYPE = "_change_type"
 INSERT, DELETE = "INSERT", "DELETE"
 _FILE, _POS = "_file", "_pos"
+_SIGN = "__di_sign"  # +1 a row live at the end, -1 a row live at the start
 
 
 def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
@@ -90,9 +91,17 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
     if delete_files:
         gone = gone.unionByName(_position_deleted(spark, table, start, delete_files), allowMissingColumns=True)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
-    # A row on both sides was only rewritten (copy-on-write, compaction): not a change.
-    net_in, net_out = inserted.exceptAll(gone), gone.exceptAll(inserted)
-    return net_in.withColumn(CHANGE_TYPE, F.lit(INSERT)).unionByName(net_out.withColumn(CHANGE_TYPE, F.lit(DELETE)))
+    # A row on both sides was only rewritten (copy-on-write, compaction): not a change. One
+    # shuffle nets the two sides (each read once), and the small result is kept, so the
+    # function can use it several times without reading the upstream's files again.
+    signed = inserted.withColumn(_SIGN, F.lit(1)).unionByName(gone.withColumn(_SIGN, F.lit(-1)))
+    net = signed.groupBy(*columns).agg(F.sum(_SIGN).alias(_SIGN)).where(F.col(_SIGN) != 0)
+    net = net.select(
+        *columns,
+        F.when(F.col(_SIGN) > 0, F.lit(INSERT)).otherwise(F.lit(DELETE)).alias(CHANGE_TYPE),
+        F.explode(F.array_repeat(F.lit(1), F.abs(F.col(_SIGN)).cast("int"))).alias(_SIGN),
+    ).drop(_SIGN)
+    return net.localCheckpoint(eager=True)
 
 
 def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[str]]:

@@ -214,7 +214,7 @@ def test_the_example_config_loads_cleanly():
     assert cfg.destination.warehouse == str(REPO / "data" / "warehouse")
     assert (cfg.destination.format, cfg.destination.catalog) == ("iceberg", "lake")
     assert cfg.spark.master == "local[*]"
-    assert set(cfg.assets) == {"orders", "customers", "api_events", "daily_events"}
+    assert set(cfg.assets) == {"orders", "customers", "api_events", "daily_events", "orders_enriched", "revenue_by_day"}
     orders = cfg.asset("orders")
     assert orders.write_disposition == {"disposition": "merge", "strategy": "upsert"}
     assert orders.get("primary_key") == ("id",)
