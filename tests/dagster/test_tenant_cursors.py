@@ -13,6 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
@@ -147,6 +149,43 @@ def test_state_show_without_partition_lists_each_tenants_cursor_partition(plain_
     assert main(["show", "events", "-m", name]) != 0
     err = capsys.readouterr().err
     assert "give --partition: each tenant has its own cursor (2024-01-02|acme, 2024-01-02|globex)" in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["acme", "globex", "Acme", None]), min_size=1, max_size=30))
+def test_local_rows_pass_exactly_when_every_row_holds_the_tenant(values):
+    import pyarrow as pa
+
+    from dagster_incremental.dagster.partition_scope import check_rows
+    from dagster_incremental.errors import DataShapeError
+    from dagster_incremental.spark.local.rows import LocalRows
+
+    frame = LocalRows.of(pa.table({"tenant": pa.array(values, pa.string()), "id": list(range(len(values)))}))
+    others = [v for v in values if v != "acme"]
+    if not others:
+        check_rows("orders", frame, ("tenant", "acme"))
+        return
+    with pytest.raises(DataShapeError) as raised:
+        check_rows("orders", frame, ("tenant", "acme"))
+    assert f"got a row whose 'tenant' is {others[0]!r}" in str(raised.value)
+
+
+def test_a_run_over_several_tenants_fails_before_loading_anything(plain_config, instance, tmp_path):
+    called = []
+
+    @incremental_asset(name="orders_many", partitions_def=TENANTS, partition_column="tenant", config_path=plain_config)
+    def orders_many(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        called.append(1)
+        return []
+
+    result = dg.materialize(
+        [orders_many], instance=instance, raise_on_error=False, run_config=QUIET,
+        resources={"io_manager": SparkTableIOManager(warehouse=str(tmp_path / "wh"))},
+        tags={"dagster/asset_partition_range_start": "acme", "dagster/asset_partition_range_end": "globex"},
+    )
+    assert not result.success and called == []
+    message = result.get_step_failure_events()[0].step_failure_data.error.message
+    assert "asset orders_many: a run covers one partition of its tenants, this one was launched for 2 (acme ... globex)" in message
 
 
 # -- runs (Spark) ------------------------------------------------------------------------------------
