@@ -142,6 +142,8 @@ def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
         out[md.DEF_MERGE_KEY] = dg.MetadataValue.json(list(settings.merge_key))
     if settings.window_column:
         out[md.DEF_WINDOW_COLUMN] = dg.MetadataValue.text(settings.window_column)
+    if settings.tenants is not None:
+        out[md.DEF_PARTITION_COLUMN] = dg.MetadataValue.text(settings.tenants.column)
     return out
 
 

@@ -416,6 +416,11 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if upstream is not None:
             meta = upstream.definition_metadata
             window_column = _meta_value(meta, md.DEF_WINDOW_COLUMN) or _meta_value(meta, "partition_expr")
+            tenant_column = _meta_value(meta, md.DEF_PARTITION_COLUMN)
+            if context.has_asset_partitions and tenant_column:
+                from dagster_incremental.dagster.partition_scope import rows_of_partitions
+
+                return rows_of_partitions(frame, context, tenant_column, window_column)
         if context.has_asset_partitions and window_column:
             from pyspark.sql import functions as F
 

@@ -28,6 +28,7 @@ DEF_PRIMARY_KEY = "dagster_incremental/primary_key"
 DEF_MERGE_KEY = "dagster_incremental/merge_key"
 DEF_CURSORS = "dagster_incremental/cursors"
 DEF_WINDOW_COLUMN = "dagster_incremental/window_column"
+DEF_PARTITION_COLUMN = "dagster_incremental/partition_column"  # static partitions: a row's tenant
 DEF_WRITE_SETTINGS = "dagster_incremental/write_settings"
 
 

@@ -123,6 +123,34 @@ def open_partition(tenants: TenantPartitions, partitions_def: Any, tenant: str) 
                                      tenants.static_dimension: tenant}))
 
 
+def rows_of_partitions(frame: Any, context: Any, column: str, window_column: str | None) -> Any:
+    """The rows of a tenant asset that a downstream's input covers: its tenants' rows (of its
+    days, for tenant x day, when the cursor is a plain column)."""
+    from pyspark.sql import functions as F
+
+    tenants = tenant_partitions(context.asset_key.to_user_string(), context.asset_partitions_def, column)
+    keys = {tenants.tenant(key) for key in _partition_keys(context)}
+    frame = frame.where(F.col(_quoted(column)).isin(sorted(keys)))
+    if tenants.time_dimension is not None and window_column:
+        tw = context.asset_partitions_time_window
+        ref = F.col(_quoted(window_column))
+        frame = frame.where((ref >= F.lit(tw.start)) & (ref < F.lit(tw.end)))
+    return frame
+
+
+def _partition_keys(context: Any) -> list[Any]:
+    """The upstream partition keys of an input, as keys (MultiPartitionKey for tenant x day)."""
+    keys = list(context.asset_partition_keys)
+    parts = context.asset_partitions_def
+    if isinstance(parts, dg.MultiPartitionsDefinition):
+        return [parts.get_partition_key_from_str(str(key)) for key in keys]
+    return keys
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 # -- one run --------------------------------------------------------------------------------------
 
 

@@ -385,3 +385,29 @@ def test_a_replace_asset_replaces_only_the_tenants_rows_and_a_spark_frame_is_che
     assert not failed.success
     assert "a run of partition 'acme' got a row whose 'tenant' is 'globex'" in failure_text(failed)
     assert rows(spark, io_manager, "orders_r") == [("acme", 9, 9), ("globex", 1, 101), ("globex", 2, 102)]
+
+
+def test_downstream_assets_read_their_tenants_rows(spark, instance, io_manager, config_file):
+    source = Source()
+
+    @incremental_asset(partitions_def=TENANTS, partition_column="tenant", config_path=config_file)
+    def orders_d(context: dg.AssetExecutionContext, updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return source.read(context.partition_key, updated_at)
+
+    @dg.asset(io_manager_key="mem")
+    def tenant_totals(orders_d):
+        return {r["tenant"]: r["count"] for r in orders_d.groupBy("tenant").count().collect()}
+
+    @dg.asset(partitions_def=TENANTS, io_manager_key="mem")
+    def tenant_ids(orders_d):
+        return sorted(r["id"] for r in orders_d.collect())
+
+    resources = {"io_manager": io_manager, "mem": dg.InMemoryIOManager()}
+    for tenant in ("acme", "globex"):
+        run(orders_d, instance, io_manager, tenant)
+    assets = [orders_d, tenant_totals, tenant_ids]
+    whole = dg.materialize(assets, selection=[tenant_totals], instance=instance, resources=resources, run_config=QUIET)
+    assert whole.output_for_node("tenant_totals") == {"acme": 3, "globex": 2}
+    one = dg.materialize(assets, selection=[tenant_ids], partition_key="globex", instance=instance,
+                         resources=resources, run_config=QUIET)
+    assert one.output_for_node("tenant_ids") == [1, 2]
