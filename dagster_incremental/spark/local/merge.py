@@ -34,7 +34,11 @@ from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_keys, plan_target
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
 
-# Batches above this many rows keep Spark's MERGE: measured in bench/README.md (issue 23).
+# Batches above this many rows keep Spark's MERGE. Measured (bench.merge_scaling --source arrow
+# against a Spark DataFrame batch, into 1M unpartitioned merge-on-read rows, loaded 2-core box):
+# 10k rows 1.6 s against 11.5 s, 100k 4.2 s against 29.2 s, 1M 5.8 s against 133.6 s. The local
+# merge wins at every size measured; past 1M rows the bound is this process's memory (the batch
+# and the target's key columns are held in Arrow), so larger batches go to Spark.
 MAX_LOCAL_MERGE_ROWS = 1_000_000
 _FIELD_ID = b"PARQUET:field_id"
 # Iceberg's reserved field ids of a position delete file's columns.
