@@ -9,7 +9,8 @@ Every row carries `_change_type`: "INSERT" (a new row, or the new version of an 
   files (merge-on-read tables, which keyed merges write), so the change set is built from the
   commits' file entries: rows live at the end in data files added since the start are the
   INSERTs; rows live at the start in data files removed since, or at positions deleted since,
-  are the DELETEs. A row on both sides (a file rewritten by copy-on-write or compaction, the
+  are the DELETEs (the commits' file lists come from their own manifests; only the new
+  delete files are read). A row on both sides (a file rewritten by copy-on-write or compaction, the
   row itself unchanged) is dropped from both: what remains is the net change.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
+from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.commit import iceberg_table
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -87,9 +89,11 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
     end, start = _at(spark, table, read.end), _at(spark, table, read.start)
     columns = end.columns
     inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
-    gone = start.where(F.col(_FILE).isin(removed)).select(*start.columns) if removed else start.limit(0)
-    if delete_files:
-        gone = gone.unionByName(_position_deleted(spark, table, start, delete_files), allowMissingColumns=True)
+    located = [*start.columns, _FILE, _POS]
+    gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
+    if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
+        gone = gone.unionByName(_position_deleted(spark, start, delete_files)).dropDuplicates([_FILE, _POS])
+    gone = gone.drop(_FILE, _POS)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
     # A row on both sides was only rewritten (copy-on-write, compaction): not a change. One
     # shuffle nets the two sides (each read once), and the small result is kept, so the
@@ -104,38 +108,49 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
     return net.localCheckpoint(eager=True)
 
 
-def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[str]]:
-    """Data files added and removed, and delete files added, by `commits` (metadata only)."""
-    from pyspark.sql import functions as F
-
-    entries = (
-        spark.read.format("iceberg").load(f"{table.sql}.all_entries")
-        .where(F.col("snapshot_id").isin([int(c) for c in commits]) & F.col("status").isin(1, 2))
-        .select("status", F.col("data_file.content").alias("content"), F.col("data_file.file_path").alias("path"))
-        .distinct()
-        .collect()
-    )
-    added = [e.path for e in entries if e.status == 1 and e.content == 0]
-    removed = [e.path for e in entries if e.status == 2 and e.content == 0]
-    deletes = [e.path for e in entries if e.status == 1 and e.content != 0]
+def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """Data files added and removed, and position-delete files added (path, format), by
+    `commits`: read from each commit's own manifests through Iceberg's API (no Spark job, and
+    no reading of the history's other manifests)."""
+    iceberg = iceberg_table(spark, table)
+    io = iceberg.io()
+    added, removed, deletes = [], [], []
+    for snapshot_id in commits:
+        snapshot = iceberg.snapshot(int(snapshot_id))
+        added += [f.location() for f in _java_list(spark, snapshot.addedDataFiles(io))]
+        removed += [f.location() for f in _java_list(spark, snapshot.removedDataFiles(io))]
+        for f in _java_list(spark, snapshot.addedDeleteFiles(io)):
+            if f.content().name() != "POSITION_DELETES":
+                raise DataShapeError(
+                    f"table {table.display}: snapshot {snapshot_id} holds equality deletes (written by another "
+                    "engine, e.g. Flink); its changes can't be read incrementally. Run a full refresh of the "
+                    "downstream asset."
+                )
+            deletes.append((f.location(), f.format().name().lower()))
     return added, sorted(set(removed) - set(added)), deletes
 
 
-def _position_deleted(spark, table: TableRef, start, delete_files: Sequence[str]):
-    """Rows live at the start snapshot at the positions the new delete files delete."""
+def _java_list(spark, iterable) -> list:
+    """A Java Iterable's items (py4j iterates a java.util.List, not an Iterable)."""
+    return list(spark._jvm.java.util.ArrayList(spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)))
+
+
+def _position_deleted(spark, start, delete_files: Sequence[tuple[str, str]]):
+    """Rows live at the start snapshot at the positions the new delete files delete, with their
+    `_file` and `_pos` (only those delete files are read)."""
     from pyspark.sql import functions as F
 
-    positions = (
-        spark.read.format("iceberg").load(f"{table.sql}.position_deletes")
-        .where(F.col("delete_file_path").isin(list(delete_files)))
-        .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
-        .distinct()
-    )
+    positions = None
+    for file_format in sorted({fmt for _, fmt in delete_files}):
+        paths = [path for path, fmt in delete_files if fmt == file_format]
+        part = spark.read.format(file_format).load(paths).select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
+        positions = part if positions is None else positions.unionByName(part)
+    positions = positions.distinct()
     files = [r[0] for r in positions.select(_FILE).distinct().collect()]
     if not files:
-        return start.limit(0).select(*start.columns)
+        return start.select(*start.columns, _FILE, _POS).limit(0)
     rows = start.where(F.col(_FILE).isin(files)).select(*start.columns, _FILE, _POS)
-    return rows.join(positions, [_FILE, _POS], "left_semi").drop(_FILE, _POS)
+    return rows.join(positions, [_FILE, _POS], "left_semi")
 
 
 def change_columns(frame: Any) -> list[str]:
