@@ -178,11 +178,6 @@ class CursorDefinition:
                     "days for dates, native units for numbers), an ISO-8601 duration such as 'P1D' "
                     "or 'P1M' (dates and timestamps), or None."
                 )
-            if self.is_callable:
-                raise IncrementalConfigError(
-                    f"lag={self.lag!r} cannot be used with a callable last_value_func "
-                    f"({func_name(func)}): lag needs 'max' or 'min'."
-                )
         if self.end_value is not None and self.initial_value is None:
             raise IncrementalConfigError(
                 f"end_value={self.end_value!r} was given without initial_value: a bounded range "
@@ -257,6 +252,9 @@ class CursorDefinition:
         """The cursor type and the bounds as keys; a callable compares public values itself."""
         if self.is_callable:
             self._check_callable_range()
+            error = self.lag_error(self.cursor_type)
+            if error is not None:
+                raise error
             ctype, ik, ek = self.cursor_type, None, None
         else:
             ctype = self._value_type()

@@ -43,6 +43,7 @@ class LiveRun(Protocol):
     def advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None: ...
     def missing_error(self, row: Any, missing: bool, where: str) -> Exception: ...
     def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError: ...
+    def public_of(self, value: Any) -> Any: ...
 
 
 def _field(df: DataFrame, parts: tuple[Any, ...]) -> tuple[Column, Any] | None:
@@ -195,11 +196,6 @@ def filter_spark(run: LiveRun, df: DataFrame) -> DataFrame:
     `is_backfill` and `spec`; reports back through `adopt_type`, `advance` and its error builders.
     """
     spec = run.spec
-    if spec.is_callable:
-        raise IncrementalConfigError(
-            "A callable last_value_func cannot filter a pyspark DataFrame (it would need every row "
-            "on the driver): use last_value_func='max' or 'min', or give dict rows / Arrow tables."
-        )
     if spec.path.is_whole_row:
         raise IncrementalConfigError(f"cursor_path {spec.cursor_path!r}: a Spark frame needs a column.")
     inputs = run.decision_inputs
@@ -207,6 +203,8 @@ def filter_spark(run: LiveRun, df: DataFrame) -> DataFrame:
     if found is None:
         return _without_cursor_column(run, df, inputs.on_missing)
     col, dtype = found
+    if spec.is_callable:
+        return _filter_callable(run, df, col, dtype)
     detected, key = _key_column(run, df, col, dtype)
     masks = _masks(col, dtype, key, inputs)
     row = _aggregate(df, col, masks, inputs.direction)
@@ -216,6 +214,46 @@ def filter_spark(run: LiveRun, df: DataFrame) -> DataFrame:
     dedup_cols = _dedup_columns(run, inputs, df)
     last = _advance(run, df, masks, row, inputs, dedup_cols)
     return _kept(run, df, masks, last, inputs, dedup_cols)
+
+
+def _filter_callable(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> DataFrame:
+    """run.filter for a callable last_value_func (see spark_callable): the function runs on the
+    executors; one aggregate job for the flags, one for the partial last values."""
+    from pyspark.sql import functions as F
+
+    from dagster_incremental.cursor import spark_callable as sc
+
+    spec, inputs = run.spec, run.decision_inputs
+    if run.cursor_type is None:
+        detected = _detect(dtype, df, col)
+        if detected is not None:
+            run.adopt_type(detected, None, "the Spark frame")
+    func, ctype, formats = spec.last_value_func, run.cursor_type, spec.formats
+    bounds = (inputs.start, inputs.start_open, inputs.end, inputs.end_closed)
+    cls = sc.row_classes(col, func, ctype, formats, bounds)
+    marked = df.withColumn("__di_class", cls)
+    kind = F.col("__di_class")
+    flags = marked.select(*(F.max((kind == c).cast("int")).alias(name) for c, name in
+                            ((sc.BELOW, "below"), (sc.BEYOND, "beyond"), (sc.BAD, "bad"), (sc.NULL, "nulls")))).first()
+    if flags["bad"]:
+        sample = marked.where(kind == sc.BAD).drop("__di_class").first().asDict(recursive=True)
+        raise run.type_error(_get(sample, spec.path.parts), sample, "the Spark frame",
+                             cv.no_format_matches(formats) if formats else f"it is not a {ctype} value")
+    if flags["nulls"] and inputs.on_missing == "raise":
+        sample = marked.where(kind == sc.NULL).drop("__di_class").first().asDict()
+        raise run.missing_error(sample, False, f"a row of the Spark frame (column {spec.path.column!r})")
+    in_range = kind.isin(sc.IN_RANGE, sc.AT_START)
+    start_set = inputs.start_set
+    if start_set is not None and start_set.keys and not inputs.start_open:  # rows the last run loaded
+        tz = df.sparkSession.conf.get("spark.sql.session.timeZone", "UTC") or "UTC"
+        keys = dedup_key_udf(_dedup_columns(run, inputs, df), run.dedup_key, tz)
+        in_range = in_range & ~((kind == sc.AT_START) & keys.isin(sorted(start_set.keys)))
+    partials = sc.partial_lasts(marked.where(in_range), col, func, ctype, formats)
+    last = sc.advance_callable(run, func, partials, bool(flags["below"]), bool(flags["beyond"]))
+    if not run.is_backfill:
+        in_range = in_range & sc.not_beyond(col, func, ctype, formats, last) if last is not None else F.lit(False)
+    keep_nulls = (kind == sc.NULL) if inputs.on_missing == "include" else F.lit(False)
+    return marked.where(in_range | keep_nulls).drop("__di_class")
 
 
 def _without_cursor_column(run: LiveRun, df: DataFrame, policy: str) -> DataFrame:
