@@ -199,7 +199,7 @@ PHASES = (
     "dagster_incremental.spark.local.stage:_page_to_arrow",
     "dagster_incremental.spark.local.stage:arrow_to_spark",
     "dagster_incremental.spark.boundary_check:drop_rows_already_loaded",
-    "dagster_incremental.dagster.io_manager:SparkTableIOManager._refuse_stale_writer",
+    "dagster_incremental.spark.table_service:TableService._refuse_stale_writer",
     "dagster_incremental.spark.writer:TableWriter.write",
     "dagster_incremental.spark.merge.prepare:prepare_batch",
     "dagster_incremental.spark.writer:TableWriter._merge",
@@ -224,8 +224,8 @@ PHASES = (
     "dagster_incremental.spark.local.append:LocalAppend.write_files",
     "dagster_incremental.spark.statistics:row_count",
     "dagster_incremental.spark.statistics:_schema",
-    "dagster_incremental.spark.branch_commit:RunBranch.take",
-    "dagster_incremental.spark.branch_commit:RunBranch.publish",
+    "dagster_incremental.spark.commit:RunBranch.take",
+    "dagster_incremental.spark.commit:RunBranch.publish",
     "dagster_incremental.spark.table_metadata:read_metadata",
 )
 

@@ -43,7 +43,7 @@ def main() -> int:
     from attack_support import QUIET, source_asset
     from catalogs import runner_spark_config
     from dagster_incremental import SparkTableIOManager
-    from dagster_incremental.spark import dialect, writer as table_writer
+    from dagster_incremental.spark import commit as spark_commit, writer as table_writer
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
 
     def source():
@@ -70,13 +70,13 @@ def main() -> int:
     if point == "during-commit":
         # Die while the commit statement runs: a timer fires shortly after it starts (before,
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
-        original_cm = dialect.conflicts_as_concurrent_run
+        original_cm = spark_commit.conflicts_as_concurrent_run
 
         def dying_cm(table):
             threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
             return original_cm(table)
 
-        dialect.conflicts_as_concurrent_run = dying_cm  # every commit of a write enters it
+        spark_commit.conflicts_as_concurrent_run = dying_cm  # every commit of a write enters it
     elif point == "after-commit":
         original_write = table_writer.TableWriter.write
 

@@ -38,7 +38,7 @@ from attack_support import (
 )
 from catalogs import assert_pyiceberg_agrees, to_env
 from dagster_incremental import SparkTableIOManager
-from dagster_incremental.spark import dialect, writer as table_writer
+from dagster_incremental.spark import commit as spark_commit, writer as table_writer
 
 pytestmark = pytest.mark.spark
 
@@ -116,7 +116,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         monkeypatch.setattr(SparkTableIOManager, "handle_output", refuse)
     elif point == "commit-raises":
-        def refuse_statement(self, spark, properties, fn):
+        def refuse_statement(spark, properties, fn):
             raise Injected("injected: the MERGE failed")
 
         def refuse_append(self, *args, **kwargs):
@@ -126,7 +126,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from dagster_incremental.spark.local.append import LocalAppend
 
-        monkeypatch.setattr(dialect.IcebergDialect, "run_committing", refuse_statement)
+        monkeypatch.setattr(spark_commit, "with_commit_properties", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)

@@ -78,3 +78,18 @@ def table_schema(columns: Sequence[tuple[str, str]], descriptions: Mapping[str, 
 
     described = descriptions or {}
     return dg.TableSchema(columns=[dg.TableColumn(name=n, type=t, description=described.get(n)) for n, t in columns])
+
+
+def result_metadata(table: Any, result: Any, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a commit did (a spark WriteResult on `table`, a TableRef), as materialization
+    metadata; a sliced run reports its totals with it."""
+    import dagster as dg
+
+    return {
+        ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
+        ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),
+        ROWS_DELETED: dg.MetadataValue.int(result.rows_deleted),
+        ROW_COUNT: dg.MetadataValue.int(result.row_count),
+        TABLE_NAME: dg.MetadataValue.text(table.display),
+        COLUMN_SCHEMA: dg.MetadataValue.table_schema(table_schema(result.schema, descriptions)),
+    }

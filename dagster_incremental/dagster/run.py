@@ -160,7 +160,7 @@ class Runner:
     def _commit_range(self, context, io, batch: IncrementalBatch, plan: Plan, stored, state, window) -> dg.Output:
         """Commit a range run's batch here, not in the IO manager: each partition's figures
         are read from the commit, and Dagster takes them only before the Output is handled."""
-        from dagster_incremental.dagster.io_manager import result_metadata
+        from dagster_incremental.dagster.metadata import result_metadata
 
         try:
             result, _ = io.commit_batch(batch, context.asset_key, context.log)

@@ -163,7 +163,7 @@ class SlicedRun:
         summed = dataclasses.replace(
             totals.last, rows_inserted=totals.inserted, rows_updated=totals.updated, rows_deleted=totals.deleted
         )
-        from dagster_incremental.dagster.io_manager import result_metadata
+        from dagster_incremental.dagster.metadata import result_metadata
 
         extra = {
             md.SLICES: dg.MetadataValue.json([totals.committed, planned]),

@@ -32,7 +32,7 @@ def drop_rows_already_loaded(io: Any, frame: Any, runs: Mapping[str, Any], spec:
         column = run.spec.cursor_path
         if not column or any(c in column for c in ".$[") or column not in frame.columns:
             continue
-        if not io.writer.table_exists(spec.table):
+        if not io.tables.writer.table_exists(spec.table):
             continue
         frame = _anti_join_boundary(io.spark, frame, spec.table, column, run.boundary_value, run.dedup_key)
     return frame

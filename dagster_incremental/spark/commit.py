@@ -1,4 +1,10 @@
-"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit."""
+"""The atomic cursor: a run's data change and its cursor state land in ONE Iceberg commit, made
+by compare-and-set when the run carries a cursor.
+
+Everything about that one commit is here: the properties it carries, how a SQL statement's
+commit gets them, the run's branch and its publication, conflicts, and reading the committed
+cursor back."""
+
 
 # The cursor rides in the snapshot summary of the data commit (`dagster_incremental.state`,
 # `.run_id`, `.scope`), so "data written, Dagster event lost" is recognisable from the table alone
@@ -15,25 +21,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from dagster_incremental.cursor.state import state_json
-from dagster_incremental.spark.table_metadata import cursor_of
+from dagster_incremental.errors import ConcurrentRunError
+from dagster_incremental.spark import errors as spark_errors
+from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
     STATE_PROPERTY,
     CommitInfo,
+    WriteSpec,
 )
 
 # A fresh id per write: finds exactly the snapshot our write made, even with concurrent writers.
@@ -43,17 +55,6 @@ SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
 R = TypeVar("R")
 
 _CALLBACK_LOCK = threading.Lock()
-
-
-@dataclass(frozen=True)
-class CommittedState:
-    """The cursor stored with a table commit (what the asset layer heals lost events from)."""
-
-    state: dict[str, Any]
-    run_id: str | None
-    scope: str | None
-    snapshot_id: int
-    committed_at: datetime  # timezone-aware UTC
 
 
 def new_commit_id() -> str:
@@ -140,10 +141,10 @@ def _pinned_properties_slot(spark: SparkSession) -> Any:
         return None
 
 
-def _run_with_slot(jvm: Any, slot: Any, java_json: Any, props: Mapping[str, str], fn: Callable[[], R]) -> R:
+def _run_with_slot(jvm: Any, slot: Any, java_map: Any, props: Mapping[str, str], fn: Callable[[], R]) -> R:
     """Run `fn` with the properties in the ThreadLocal of this thread's JVM thread; checked
     visible first (as the callback checks), always cleared after."""
-    slot.set(java_json)
+    slot.set(java_map)
     try:
         seen = _thread_properties(jvm)
         if any(seen.get(k) != v for k, v in props.items()):  # pragma: no cover - not pinned after all
@@ -195,16 +196,16 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
             "with_commit_properties is already active on this thread with other properties "
             f"({sorted(current)}); nested commit-property scopes are not supported."
         )
-    java_json = jvm.java.util.HashMap()
+    java_map = jvm.java.util.HashMap()
     for key, value in props.items():
-        java_json.put(key, value)
+        java_map.put(key, value)
     slot = _pinned_properties_slot(spark)
     if slot is not None:
-        return _run_with_slot(jvm, slot, java_json, props, fn)
+        return _run_with_slot(jvm, slot, java_map, props, fn)
     ensure_callback_server(spark)
     callable_ = _CommitCallable(jvm, props, fn)
     jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-        java_json, callable_, jvm.java.lang.RuntimeException._java_lang_class
+        java_map, callable_, jvm.java.lang.RuntimeException._java_lang_class
     )
     if callable_.error is not None:
         raise callable_.error
@@ -313,7 +314,7 @@ def _walk_lineage(iceberg: Any, scope: str | None) -> CommittedState | None:
     while snapshot is not None:
         fields = cursor_of(dict(snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
         if fields is not None:
-            return CommittedState(*fields)
+            return fields
         parent = snapshot.parentId()
         snapshot = iceberg.snapshot(parent) if parent is not None else None
     return None
@@ -321,3 +322,232 @@ def _walk_lineage(iceberg: Any, scope: str | None) -> CommittedState | None:
 
 def _from_micros(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc)
+
+
+# -- the run's branch: compare-and-set by the catalog's own commit ---------------------------------
+#
+# The compare-and-set of a run's commit, made by the catalog's own atomic commit.
+#
+# Why a branch: Iceberg retries a refused commit on top of the newest snapshot (an append
+# re-applied onto another run's append loads the same rows twice), and every attempt, the first
+# included, starts from a fresh read of the table; so no table property makes a plain write
+# fail when the table moved after the run read its cursor. Instead the run's one data commit
+# (Spark append, overwrite or MERGE; the local append's Java commit) goes onto a private branch
+# taken at the snapshot the run checked, and `main` is then moved to that branch's head by ONE
+# catalog commit whose base is exactly that snapshot's metadata, without retry. Every Iceberg
+# catalog makes that commit atomic against its base (JDBC: `UPDATE ... WHERE metadata_location =
+# <base>`; Hive: a lock and the same check; Glue: the table version; REST: `assert-ref-snapshot-id`),
+# so a run whose base moved is refused and `main` never sees its snapshot. The Hadoop catalog's
+# metadata rename on a local disk is not atomic: there the file lock stays (io_manager).
+
+BRANCH_PREFIX = "dagster_incremental_"  # a run's private branch; removed when it is published
+TAKE_ATTEMPTS = 10  # branching is retried when other writers commit meanwhile (never publishing)
+LEFTOVER_MS = 24 * 3600 * 1000  # a run's branch older than this was left by a killed run
+
+
+@dataclass(frozen=True)
+class CursorGuard:
+    """What the run read: the snapshot holding its scope's cursor (None: no cursor yet)."""
+
+    expected_snapshot_id: int | None
+    scope: str | None
+
+
+class StaleCursor(Exception):
+    """Another run committed a cursor of this scope after this run read its own: nothing written."""
+
+    def __init__(self, run_id: str | None) -> None:
+        super().__init__(f"another run ({run_id or 'unknown'}) committed a newer cursor")
+        self.run_id = run_id
+
+
+class BaseMoved(Exception):
+    """Another writer moved `main` while this run wrote on its branch: nothing published."""
+
+
+def branch_ref(table: TableRef, name: str) -> TableRef:
+    """The branch as a Spark identifier (`catalog`.`ns`.`table`.`branch_<name>`)."""
+    return dataclasses.replace(table, namespace=(*table.namespace, table.name), name=f"branch_{name}")
+
+
+def new_branch_name() -> str:
+    return BRANCH_PREFIX + uuid.uuid4().hex
+
+
+class RunBranch:
+    """One run's branch: taken at the checked snapshot, published to main by compare-and-set."""
+
+    def __init__(self, iceberg: Any, jvm: Any, name: str) -> None:
+        self.iceberg, self.jvm, self.name = iceberg, jvm, name
+        self.base: int | None = None
+
+    def take(self, guard: CursorGuard) -> None:
+        """Check the cursor against main's newest state and branch there, in one metadata
+        commit on the state checked (raises StaleCursor). Retried when another writer committed
+        first: the check is then made again on the newer state."""
+        for _ in range(TAKE_ATTEMPTS):
+            base = self._ops.refresh()
+            head = base.currentSnapshot()
+            if head is None:  # a table created empty: give main a first (empty) snapshot to branch at
+                self.iceberg.refresh()
+                self.iceberg.newAppend().commit()
+                continue
+            found = _newest_cursor(self.jvm, base, head, guard.scope)
+            if (found.snapshot_id if found else None) != guard.expected_snapshot_id:
+                raise StaleCursor(found.run_id if found else None)
+            ref = self.jvm.org.apache.iceberg.SnapshotRef.branchBuilder(head.snapshotId()).build()
+            if self._commit(base, self._builder(base).setRef(self.name, ref)):
+                self.base = head.snapshotId()
+                return
+        raise BaseMoved()
+
+    def publish(self) -> None:
+        """Move main to the branch's head, only if main is still the snapshot branched at.
+
+        One catalog commit on the exact base just read, never retried; this run's branch and
+        day-old ones of runs killed before publishing are removed in it.
+        """
+        base = self._ops.refresh()
+        main, ref = base.currentSnapshot(), base.ref(self.name)
+        if main is None or main.snapshotId() != self.base or ref is None:
+            raise BaseMoved()
+        head = base.snapshot(ref.snapshotId())
+        if head.parentId() != self.base:
+            raise BaseMoved()
+        builder = self._builder(base).setBranchSnapshot(head.snapshotId(), "main")
+        for name in _leftovers(self.jvm, base, head.timestampMillis()) + [self.name]:
+            builder.removeRef(name)
+        if not self._commit(base, builder):
+            raise BaseMoved()
+
+    def abandon(self) -> None:
+        """Drop the branch of a commit that was not published (best effort: a later publish
+        removes a day-old one too)."""
+        try:
+            for _ in range(TAKE_ATTEMPTS):
+                base = self._ops.refresh()
+                if base.ref(self.name) is None or self._commit(base, self._builder(base).removeRef(self.name)):
+                    return
+        except Exception:  # noqa: BLE001 - the run's own error matters, not this cleanup
+            pass
+
+    @property
+    def _ops(self) -> Any:
+        return self.iceberg.operations()
+
+    def _builder(self, base: Any) -> Any:
+        return self.jvm.org.apache.iceberg.TableMetadata.buildFrom(base)
+
+    def _commit(self, base: Any, builder: Any) -> bool:
+        """One catalog commit of `builder` on exactly `base`; False when another writer
+        committed first (the catalog refused it, nothing changed)."""
+        try:
+            self._ops.commit(base, builder.build())
+        except Exception as exc:
+            if spark_errors.is_commit_conflict(exc):
+                return False
+            raise
+        finally:
+            self.iceberg.refresh()  # Spark's cached table object sees the branch / new main
+        return True
+
+
+def _leftovers(jvm: Any, metadata: Any, now_ms: int) -> list[str]:
+    """Branches of runs killed between branching and publishing, a day old: no run lives that long."""
+    names = []
+    for name in java_json(jvm, metadata.refs().keySet()):
+        ref = metadata.ref(name)
+        if str(name).startswith(BRANCH_PREFIX) and now_ms - metadata.snapshot(ref.snapshotId()).timestampMillis() > LEFTOVER_MS:
+            names.append(str(name))
+    return names
+
+
+def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) -> CommittedState | None:
+    """The newest cursor (of `scope`) in the lineage ending at `snapshot` (of `metadata`)."""
+    while snapshot is not None:
+        fields = cursor_of(java_json(jvm, snapshot.summary()), snapshot.snapshotId(), snapshot.timestampMillis(), scope)
+        if fields is not None:
+            return fields
+        parent = snapshot.parentId()
+        snapshot = metadata.snapshot(parent) if parent is not None else None
+    return None
+
+
+# -- the pending commit ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PendingCommit:
+    """The one commit a write makes: its id (to find its snapshot afterwards), the properties it
+    carries (the cursor) and, for a cursor-carrying run, the compare-and-set it is made by."""
+
+    spec: WriteSpec
+    commit_id: str
+    properties: Mapping[str, str]
+    started: datetime  # the run's start: scd2's default boundary
+    case_sensitive: bool
+    guard: CursorGuard | None = None  # a cursor-carrying run: commit by compare-and-set (RunBranch)
+    branch: str = ""  # the run's branch name under a guard
+
+    @property
+    def table(self) -> TableRef:
+        return self.spec.table
+
+    @property
+    def target(self) -> TableRef:
+        """What the data statement writes: the run's branch under a guard, else the table."""
+        return branch_ref(self.table, self.branch) if self.guard is not None else self.table
+
+    def unguarded(self) -> PendingCommit:
+        """For CREATE [OR REPLACE] TABLE ... AS SELECT: a create is atomic in every catalog (it
+        fails when the table exists), a full refresh replaces the table whatever it holds."""
+        return dataclasses.replace(self, guard=None)
+
+    def run(self, spark: SparkSession, fn: Callable[[], Any]) -> Any:
+        """Run the SQL statement in `fn` (written against `target`) as this commit; conflicts
+        become ConcurrentRunError."""
+        with self.guarded(spark):
+            return with_commit_properties(spark, self.properties, fn)
+
+    def append(self, spark: SparkSession, frame: DataFrame) -> None:
+        """Append `frame`'s rows as this commit."""
+        with self.guarded(spark):
+            frame.writeTo(self.target.sql).options(**write_options(self.properties)).append()
+
+    def overwrite_all(self, spark: SparkSession, frame: DataFrame) -> None:
+        """Replace every row of the table by `frame`'s, as this commit."""
+        with self.guarded(spark):
+            frame.writeTo(self.target.sql).options(**write_options(self.properties)).overwrite(F.lit(True))
+
+    @contextmanager
+    def guarded(self, spark: SparkSession) -> Iterator[None]:
+        """Around the data commit (also the local append's): conflicts as ConcurrentRunError;
+        under a guard, the branch is taken first and published after (raises StaleCursor or
+        BaseMoved, nothing visible written)."""
+        with conflicts_as_concurrent_run(self.table):
+            if self.guard is None:
+                yield
+                return
+            branch = RunBranch(iceberg_table(spark, self.table), spark._jvm, self.branch)
+            branch.take(self.guard)
+            try:
+                yield
+                branch.publish()
+            except BaseException:
+                branch.abandon()
+                raise
+
+
+@contextmanager
+def conflicts_as_concurrent_run(table: TableRef) -> Iterator[None]:
+    """Re-raise Iceberg commit conflicts as ConcurrentRunError (the table is unchanged)."""
+    try:
+        yield
+    except Exception as exc:
+        if spark_errors.is_commit_conflict(exc):
+            raise ConcurrentRunError(
+                f"table {table}: another writer committed to the table while this run was "
+                "writing, so this run's commit was rejected and nothing was written. Re-run it.",
+                table=table.display,
+            ) from exc
+        raise

@@ -1,6 +1,6 @@
 """Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes."""
 
-# Why: keyed merge tables are merge-on-read (see dialect): a change run writes its new rows and
+# Why: keyed merge tables are merge-on-read (see table_create.strategy_properties): a change run writes its new rows and
 # a small delete file instead of rewriting every data file an update touches (copy-on-write),
 # which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
 # pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
@@ -40,7 +40,7 @@ def compact(spark: SparkSession, table: TableRef) -> dict[str, Any]:
 
     Returns the procedure's result row as a dict (rewritten/added file counts...).
     """
-    from dagster_incremental.spark.dialect import string_literal
+    from dagster_incremental.spark.table_create import string_literal
     from dagster_incremental.spark.sql import qualified
 
     catalog = table.catalog

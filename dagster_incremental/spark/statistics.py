@@ -12,8 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.commit import SnapshotInfo, find_snapshot, iceberg_table, java_json, write_options
-from dagster_incremental.spark.dialect import PendingCommit
+from dagster_incremental.spark.commit import PendingCommit, SnapshotInfo, find_snapshot, iceberg_table, java_json, write_options
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_metadata import LineageEntry, live_row_count, provable_row_count

@@ -27,19 +27,14 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import urlsplit
+from typing import Any, NamedTuple
 
 from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY
 
-if TYPE_CHECKING:  # commit.py imports pyspark at module level; only imported lazily below
-    from dagster_incremental.spark.commit import CommittedState
-
-SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 VERSION_HINT = "version-hint.text"
 # A version's file names in Iceberg's lookup order: plain, gzip, legacy gzip.
 _SUFFIXES = (".metadata.json", ".gz.metadata.json", ".metadata.json.gz")
@@ -70,70 +65,16 @@ class _Changing(Exception):
     """The metadata changed while we read it (a file vanished or was not whole): try again."""
 
 
-class CursorFields(NamedTuple):
-    """commit.CommittedState's fields, in its order, without importing pyspark:
-    `CommittedState(*fields)` builds the real one."""
+@dataclass(frozen=True)
+class CommittedState:
+    """The cursor stored with a table commit (what the asset layer heals lost events from), read
+    from the metadata files here or from the JVM's table object (commit.py) alike."""
 
     state: dict[str, Any]
     run_id: str | None
     scope: str | None
     snapshot_id: int
     committed_at: datetime  # timezone-aware UTC
-
-
-# -- where the table lives -------------------------------------------------------------------------
-
-
-def hadoop_table_location(conf: Mapping[str, str], catalog: str, table_parts: Sequence[str]) -> Path | None:
-    """The table folder of `catalog`.`table_parts` when `conf` (spark.session.spark_conf's flat
-    dict) makes `catalog` an Iceberg Hadoop catalog on the local filesystem, else None.
-
-    table_parts: [namespace..., table], unquoted. None also for names Hadoop would not map to
-    one plain folder (a '/', ':' or '%' in a part, '.', '..'), and for settings that could point
-    the catalog elsewhere (a custom catalog-impl or io-impl, a non-local warehouse) — in all
-    those cases only Spark knows where the table is.
-    """
-    prefix = f"spark.sql.catalog.{catalog}"
-    if conf.get(prefix) != SPARK_CATALOG_CLASS:
-        return None
-    if (conf.get(f"{prefix}.type") or "").lower() != "hadoop":
-        return None
-    if f"{prefix}.catalog-impl" in conf or f"{prefix}.io-impl" in conf:
-        return None
-    warehouse = _local_warehouse(conf, prefix)
-    if warehouse is None or len(table_parts) < 2 or not all(_plain_part(p) for p in table_parts):
-        return None
-    return warehouse.joinpath(*table_parts)
-
-
-def _local_warehouse(conf: Mapping[str, str], prefix: str) -> Path | None:
-    """The warehouse as an absolute local path, or None when Hadoop might resolve it elsewhere."""
-    value = conf.get(f"{prefix}.warehouse") or ""
-    if not value or "%" in value:  # Hadoop quotes '%' rather than decoding it: not worth guessing
-        return None
-    if value.startswith("file:"):
-        parts = urlsplit(value)
-        if parts.netloc or parts.query or parts.fragment:
-            return None
-        value = parts.path
-    elif "://" in value or _default_fs_overridden(conf, prefix):
-        return None
-    path = Path(value)
-    return path if path.is_absolute() else None  # relative: resolved by the JVM's working dir
-
-
-def _default_fs_overridden(conf: Mapping[str, str], prefix: str) -> bool:
-    """A scheme-less warehouse lives on Hadoop's default filesystem, which may not be local."""
-    keys = ("fs.defaultFS", "fs.default.name")
-    values = [conf.get(f"spark.hadoop.{k}") for k in keys] + [conf.get(f"{prefix}.hadoop.{k}") for k in keys]
-    if any(v and not v.startswith("file:") for v in values):
-        return True
-    # A Hadoop config folder may set fs.defaultFS in core-site.xml, which only the JVM reads.
-    return bool(os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"))
-
-
-def _plain_part(part: str) -> bool:
-    return bool(part) and part not in (".", "..") and not any(c in part for c in "/\\:%\x00")
 
 
 # -- which metadata file is current --------------------------------------------------------------
@@ -292,7 +233,7 @@ class TableMetadata:
                 return commits
         return None
 
-    def committed_cursor(self, scope: str | None = None) -> CursorFields | None:
+    def committed_cursor(self, scope: str | None = None) -> CommittedState | None:
         """What commit._walk_lineage returns: the newest snapshot of the lineage carrying a
         cursor (of `scope`, when given); None: no such commit."""
         for snapshot in self.lineage():
@@ -357,46 +298,13 @@ def spark_type(iceberg_type: Any) -> str:
     raise ValueError(f"no Spark type for Iceberg type {iceberg_type!r}")
 
 
-# -- one-shot helpers (None: ask Spark) ----------------------------------------------------------
-
-
-def committed_cursor(table_dir: str | os.PathLike[str], scope: str | None = None) -> CursorFields | None:
-    """commit._walk_lineage's answer as plain fields, without importing pyspark. None: no
-    table, no cursor, or metadata not readable here (use read_metadata to tell them apart)."""
-    metadata = read_metadata(table_dir)
-    return metadata.committed_cursor(scope) if metadata is not None else None
-
-
-def committed_state(table_dir: str | os.PathLike[str], scope: str | None = None) -> CommittedState | None:
-    """committed_cursor as commit.CommittedState. Importing commit.py imports pyspark (~0.3 s,
-    no JVM); callers that must avoid even that use committed_cursor."""
-    fields = committed_cursor(table_dir, scope)
-    if fields is None:
-        return None
-    from dagster_incremental.spark.commit import CommittedState
-
-    return CommittedState(*fields)
-
-
-def current_summary(table_dir: str | os.PathLike[str]) -> tuple[int | None, dict[str, str]] | None:
-    """(current snapshot id or None, its summary); None: no table or not readable here."""
-    metadata = read_metadata(table_dir)
-    return metadata.current_summary() if metadata is not None else None
-
-
-def spark_schema(table_dir: str | os.PathLike[str]) -> tuple[tuple[str, str], ...] | None:
-    """((column, Spark simpleString), ...) of the current schema; None: ask Spark."""
-    metadata = read_metadata(table_dir)
-    return metadata.spark_schema() if metadata is not None else None
-
-
-def cursor_of(summary: Mapping[str, str], snapshot_id: int, timestamp_ms: int, scope: str | None) -> CursorFields | None:
+def cursor_of(summary: Mapping[str, str], snapshot_id: int, timestamp_ms: int, scope: str | None) -> CommittedState | None:
     """The cursor a snapshot carries (of `scope`, when given), else None: one reading of the
     commit properties for the file reader here and the JVM reader in commit.py."""
     state = summary.get(STATE_PROPERTY)
     if state is None or (scope is not None and summary.get(SCOPE_PROPERTY) != scope):
         return None
-    return CursorFields(
+    return CommittedState(
         state=json.loads(state),
         run_id=summary.get(RUN_ID_PROPERTY),
         scope=summary.get(SCOPE_PROPERTY),

@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.dialect import PendingCommit
+from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.sql import column_list, quote
 from dagster_incremental.spark.statistics import resolve_column
 from dagster_incremental.spark.write_spec import WindowReplace

@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dagster_incremental.settings.vocabulary import Disposition, MergeStrategy, SortOrder
+from dagster_incremental.settings.vocabulary import (
+    DEFAULT_STRATEGY,
+    Disposition,
+    MergeStrategy,
+    SortOrder,
+    matches_on_primary_key,
+)
 from dagster_incremental.spark.table_ref import TableRef
 
 # Columns a prepared batch carries for the write and never stores (reserved in user data).
@@ -48,6 +54,26 @@ class WriteSpec:
     scd2: Scd2Options = field(default_factory=Scd2Options)
     table_format: TableFormat = "iceberg"
     table_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def merge_strategy(self) -> MergeStrategy | None:
+        """The strategy a merge is made by (dlt's default: delete-insert); None unless merging."""
+        if self.disposition != "merge":
+            return None
+        return self.strategy or DEFAULT_STRATEGY
+
+    @property
+    def keyed(self) -> bool:
+        """A merge that matches rows by the primary key alone: upsert, insert-only, or
+        delete-insert without merge_key (scd2 retires and inserts versions). Its batch is
+        deduplicated on the key (in Arrow when local) and its first load is a plain append."""
+        return bool(self.primary_key) and matches_on_primary_key(self.merge_strategy, self.merge_key)
+
+    @property
+    def replaces_by_key(self) -> bool:
+        """A keyed merge that replaces or deletes the rows of the batch's keys (not insert-only):
+        its table is merge-on-read and its counts come from the keys."""
+        return self.keyed and self.merge_strategy != "insert-only"
 
 
 @dataclass(frozen=True)

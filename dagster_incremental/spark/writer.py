@@ -18,17 +18,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES, matches_on_primary_key
+from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.branch_commit import CursorGuard, new_branch_name
 from dagster_incremental.spark.commit import (
     CommittedState,
+    CursorGuard,
+    PendingCommit,
     commit_properties,
     iceberg_table,
+    new_branch_name,
     new_commit_id,
     read_committed_state,
 )
-from dagster_incremental.spark.dialect import PendingCommit, counted_by_keys, dialect_for
 from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
 from dagster_incremental.spark.local.merge import merge_local
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
@@ -37,7 +38,13 @@ from dagster_incremental.spark.schema_evolution import align_to_table, apply_sch
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.local.stage import arrow_to_spark, is_local, local_rows, spark_schema_of
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
-from dagster_incremental.spark.table_create import TableAlreadyExists, create_as_select, create_table, rows_to_insert
+from dagster_incremental.spark.table_create import (
+    TableAlreadyExists,
+    create_as_select,
+    create_table,
+    ensure_namespace,
+    rows_to_insert,
+)
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
@@ -123,7 +130,7 @@ class TableWriter:
         batch that can't fit raises DataShapeError before anything changes. deduplicated: a
         merge batch is already one non-NULL row per primary key (see local_batch).
         guard: the cursor the run read; the data commit then happens only if the table still
-        holds it (compare-and-set, see branch_commit; raises StaleCursor or BaseMoved).
+        holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """
         pending = self._pending(spec, commit, run_started_at, guard)
         exists = self._refreshed(spec.table)
@@ -145,7 +152,7 @@ class TableWriter:
         exists = self.table_exists(spec.table)
         if batch is None and not exists:
             return WriteResult(0, 0, 0, 0, None, ())
-        pending.dialect.ensure_namespace(self.spark, spec.table)
+        ensure_namespace(self.spark, spec.table)
         if full_refresh:
             return create_as_select(self.spark, pending, batch, data_schema, helpers, exists=exists)
         if not exists and batch is not None and window is None:
@@ -164,11 +171,9 @@ class TableWriter:
     def _pending(
         self, spec: WriteSpec, commit: CommitInfo, run_started_at: datetime | None, guard: CursorGuard | None
     ) -> PendingCommit:
-        dialect = dialect_for(spec)  # fails early for a format without a writer
         commit_id = new_commit_id()
         return PendingCommit(
             spec=spec,
-            dialect=dialect,
             commit_id=commit_id,
             properties=commit_properties(commit, commit_id=commit_id),  # validates the state first
             started=run_started_at or datetime.now(timezone.utc),
@@ -251,7 +256,7 @@ class TableWriter:
                 run_started_at=pending.started,
                 prune=partition_bounds(aligned, prunable_partition_by(spec, aligned.columns)),
             )
-            counted = batch_rows(aligned, spec, local_count) if counted_by_keys(spec) else None
+            counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
             pending.run(spark, lambda: spark.sql(text, args=dict(args)))
         finally:
             spark.catalog.dropTempView(view)
@@ -289,7 +294,7 @@ class TableWriter:
             if spec.partition_by:
                 return None
             schema, _ = creatable_schema(spec.table, data_schema)
-            pending.dialect.ensure_namespace(spark, spec.table)
+            ensure_namespace(spark, spec.table)
             if not create_table(spark, pending, schema, if_not_exists=False):
                 return None  # another writer created it first: merge/append the Spark way
             first_load = spec.disposition != "append"
@@ -322,7 +327,7 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
     """
     if not spec.partition_by:
         return []
-    strategy = spec.strategy or "delete-insert"
+    strategy = spec.merge_strategy
     groups: list[set[str]]
     if strategy in PRIMARY_KEY_STRATEGIES:
         groups = [set(spec.primary_key)]
@@ -340,7 +345,7 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
 def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any) -> bool:
     """Whether writing `batch` is adding its rows and nothing else: any append, or the first
     load of a replace or keyed-merge table (one row per key, no tombstones to apply)."""
-    if spec.table_format != "iceberg" or any(c.startswith(HELPER_PREFIX) for c in batch.column_names):
+    if any(c.startswith(HELPER_PREFIX) for c in batch.column_names):
         return False
     if spec.disposition == "append":
         return True
@@ -348,8 +353,7 @@ def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any)
         return False
     if spec.disposition == "replace":
         return True
-    keyed = spec.strategy != "scd2" and matches_on_primary_key(spec.strategy, spec.merge_key)
-    return keyed and deduplicated and spec.hard_delete_column is None
+    return spec.keyed and deduplicated and spec.hard_delete_column is None
 
 
 def _reject_helper_columns(table: TableRef, columns: Sequence[str]) -> None:

@@ -188,7 +188,7 @@ def test_a_run_with_an_io_manager_built_without_the_config_fails_before_writing(
     def sale(updated_at: Incremental = incremental("updated_at")):
         raise AssertionError("the function ran")
 
-    monkeypatch.setattr("dagster_incremental.dagster.io_manager.build_spark_session",
+    monkeypatch.setattr("dagster_incremental.spark.session.build_spark_session",
                         lambda conf: (_ for _ in ()).throw(AssertionError("this run started Spark")))
     io = SparkTableIOManager(warehouse=str(tmp_path / "wh"))
     result = dg.materialize([sale], instance=instance, resources={"io_manager": io}, raise_on_error=False)

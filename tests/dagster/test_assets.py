@@ -386,7 +386,7 @@ def test_a_stale_writer_is_refused_and_writes_nothing(spark, instance, io_manage
             table = io_manager.table_name(dg.AssetKey("orders_race"))
             spec = write_spec_from_settings(table, {"disposition": "append"})
             other = spark.createDataFrame([(2, datetime(2024, 1, 2))], "id bigint, updated_at timestamp")
-            io_manager.writer.write(spec, other, commit=CommitInfo(state={"last_value": iso(2)}, run_id="other-run"))
+            io_manager.tables.writer.write(spec, other, commit=CommitInfo(state={"last_value": iso(2)}, run_id="other-run"))
         return list(source)
 
     run(orders_race, instance, io_manager)

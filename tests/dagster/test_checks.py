@@ -226,7 +226,7 @@ def test_a_run_with_nothing_to_write_starts_no_jvm_and_still_yields_both_checks(
     def refuse(conf):
         raise AssertionError("this run started Spark")
 
-    monkeypatch.setattr("dagster_incremental.dagster.io_manager.build_spark_session", refuse)
+    monkeypatch.setattr("dagster_incremental.spark.session.build_spark_session", refuse)
     quiet = io_manager_for(io.warehouse, io.namespace)  # a new process's IO manager: no session yet
     found = evaluations(materialize(asset, instance, quiet))
     assert found["cursor_fresh"].passed

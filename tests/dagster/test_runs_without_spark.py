@@ -43,7 +43,7 @@ def no_spark(monkeypatch):
     def refuse(conf):
         raise AssertionError("this run started Spark")
 
-    monkeypatch.setattr("dagster_incremental.dagster.io_manager.build_spark_session", refuse)
+    monkeypatch.setattr("dagster_incremental.spark.session.build_spark_session", refuse)
 
 
 def metadata(result):

@@ -10,7 +10,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.branch_commit import BRANCH_PREFIX, BaseMoved, CursorGuard, RunBranch, StaleCursor
+from dagster_incremental.spark.commit import BRANCH_PREFIX, BaseMoved, CursorGuard, RunBranch, StaleCursor
 from dagster_incremental.spark.commit import iceberg_table
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.writer import TableWriter

@@ -17,11 +17,27 @@ from pathlib import Path
 
 import pytest
 
-from dagster_incremental.spark import table_metadata as tm
+from dagster_incremental.spark import table_files, table_metadata as tm
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
 NS = "tm"
+
+
+def _cursor(folder, scope=None):
+    """The committed cursor read from the table's files (None: no table or no cursor)."""
+    metadata = tm.read_metadata(folder)
+    return metadata.committed_cursor(scope) if metadata is not None else None
+
+
+def _summary(folder):
+    metadata = tm.read_metadata(folder)
+    return metadata.current_summary() if metadata is not None else None
+
+
+def _schema(folder):
+    metadata = tm.read_metadata(folder)
+    return metadata.spark_schema() if metadata is not None else None
 
 
 # -- the catalog conf ------------------------------------------------------------------------------
@@ -38,12 +54,12 @@ def test_location_of_a_local_hadoop_catalog(tmp_path, monkeypatch):
     monkeypatch.delenv("YARN_CONF_DIR", raising=False)
     wh = str(tmp_path)
     expected = tmp_path / "ns" / "sub" / "t"
-    assert tm.hadoop_table_location(hadoop_conf(wh), "lake", ["ns", "sub", "t"]) == expected
+    assert table_files.hadoop_table_location(hadoop_conf(wh), "lake", ["ns", "sub", "t"]) == expected
     for uri in (f"file://{wh}", f"file:{wh}", f"file://{wh}/", f"{wh}/"):
-        assert tm.hadoop_table_location(hadoop_conf(uri), "lake", ["ns", "sub", "t"]) == expected, uri
-    assert tm.hadoop_table_location(hadoop_conf(wh), "lake", ["we'ird ns", "a`b c"]) == tmp_path / "we'ird ns" / "a`b c"
+        assert table_files.hadoop_table_location(hadoop_conf(uri), "lake", ["ns", "sub", "t"]) == expected, uri
+    assert table_files.hadoop_table_location(hadoop_conf(wh), "lake", ["we'ird ns", "a`b c"]) == tmp_path / "we'ird ns" / "a`b c"
     local_default = hadoop_conf(wh, **{"spark.hadoop.fs.defaultFS": "file:///"})
-    assert tm.hadoop_table_location(local_default, "lake", ["ns", "t"]) == tmp_path / "ns" / "t"
+    assert table_files.hadoop_table_location(local_default, "lake", ["ns", "t"]) == tmp_path / "ns" / "t"
 
 
 @pytest.mark.parametrize(
@@ -66,18 +82,18 @@ def test_location_of_a_local_hadoop_catalog(tmp_path, monkeypatch):
 )
 def test_anything_but_a_local_hadoop_catalog_is_none(tmp_path, change):
     conf = {**hadoop_conf(str(tmp_path)), **change}
-    assert tm.hadoop_table_location(conf, "lake", ["ns", "t"]) is None
+    assert table_files.hadoop_table_location(conf, "lake", ["ns", "t"]) is None
 
 
 def test_unknown_catalogs_and_unmappable_names_are_none(tmp_path, monkeypatch):
     conf = hadoop_conf(str(tmp_path))
-    assert tm.hadoop_table_location(conf, "other", ["ns", "t"]) is None
-    assert tm.hadoop_table_location({}, "lake", ["ns", "t"]) is None
+    assert table_files.hadoop_table_location(conf, "other", ["ns", "t"]) is None
+    assert table_files.hadoop_table_location({}, "lake", ["ns", "t"]) is None
     for parts in (["t"], ["ns", "a/b"], ["ns", ".."], ["ns", "a:b"], ["", "t"], ["ns", "50%"]):
-        assert tm.hadoop_table_location(conf, "lake", parts) is None, parts
+        assert table_files.hadoop_table_location(conf, "lake", parts) is None, parts
     monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # core-site.xml may move fs.defaultFS
-    assert tm.hadoop_table_location(conf, "lake", ["ns", "t"]) is None
-    assert tm.hadoop_table_location(hadoop_conf(f"file://{tmp_path}"), "lake", ["ns", "t"]) is not None
+    assert table_files.hadoop_table_location(conf, "lake", ["ns", "t"]) is None
+    assert table_files.hadoop_table_location(hadoop_conf(f"file://{tmp_path}"), "lake", ["ns", "t"]) is not None
 
 
 # -- version resolution on synthetic metadata (no Spark) ----------------------------------------------
@@ -143,8 +159,8 @@ def test_missing_tables_and_untrustworthy_metadata_are_none(tmp_path, monkeypatc
     assert tm.read_metadata(tmp_path / "nope") is None
     (tmp_path / "empty" / "metadata").mkdir(parents=True)
     assert tm.read_metadata(tmp_path / "empty") is None
-    assert tm.committed_cursor(tmp_path / "nope") is None
-    assert tm.current_summary(tmp_path / "nope") is None and tm.spark_schema(tmp_path / "nope") is None
+    assert _cursor(tmp_path / "nope") is None
+    assert _summary(tmp_path / "nope") is None and _schema(tmp_path / "nope") is None
 
     meta = tmp_path / "t" / "metadata"
     write_version(meta, 1)
@@ -214,8 +230,8 @@ def test_importing_and_reading_needs_no_pyspark(tmp_path):
     write_version(tmp_path / "metadata", 1)
     code = (
         "import sys; from dagster_incremental.spark import table_metadata as tm; "
-        f"assert tm.current_summary({str(tmp_path)!r}) == (None, {{}}); "
-        "assert tm.spark_schema(" + repr(str(tmp_path)) + ") == (('id', 'bigint'),); "
+        f"m = tm.read_metadata({str(tmp_path)!r}); "
+        "assert m.current_summary() == (None, {}) and m.spark_schema() == (('id', 'bigint'),); "
         "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -230,7 +246,7 @@ def location(spark):
     conf = dict(spark.sparkContext.getConf().getAll())
 
     def locate(table: TableRef) -> Path:
-        path = tm.hadoop_table_location(conf, table.catalog, [*table.namespace, table.name])
+        path = table_files.hadoop_table_location(conf, table.catalog, [*table.namespace, table.name])
         assert path is not None
         return path
 
@@ -261,12 +277,12 @@ def assert_matches_spark(spark, table, folder):
     """Every file-based answer equals Spark's, from one consistent read of the metadata."""
     states, unchanged = spark_view(spark, table)
     for scope, expected in states.items():
-        assert tm.committed_state(folder, scope) == expected, scope
-    snapshot_id, summary = tm.current_summary(folder)
+        assert _cursor(folder, scope) == expected, scope
+    snapshot_id, summary = _summary(folder)
     assert snapshot_id == unchanged.snapshot_id
     live = int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
     assert int(summary.get("total-equality-deletes", 0)) == 0 and live == unchanged.row_count
-    assert tm.spark_schema(folder) == unchanged.schema
+    assert _schema(folder) == unchanged.schema
     iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
     iceberg.refresh()
     current = iceberg.currentSnapshot()
@@ -285,7 +301,7 @@ def test_cursor_lineage_matches_spark_through_merges_scopes_and_a_rollback(spark
     append = WriteSpec(table=table, disposition="append")
     merge = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
 
-    assert tm.committed_state(folder) is None and tm.read_metadata(folder) is None  # no table yet
+    assert _cursor(folder) is None and tm.read_metadata(folder) is None  # no table yet
     writer.write(append, rows(1, 2), commit=info(1))
     assert_matches_spark(spark, table, folder)
     kept = writer.write(append, rows(3), commit=info(2, scope="p1")).snapshot_id
@@ -300,8 +316,7 @@ def test_cursor_lineage_matches_spark_through_merges_scopes_and_a_rollback(spark
     writer.write(merge, rows(1, 6), commit=info(5, scope="p2"))
     states = assert_matches_spark(spark, table, folder)
     assert states["p2"].snapshot_id == tm.read_metadata(folder).current_snapshot_id()
-    fields = tm.committed_cursor(folder, "p1")
-    assert fields._asdict() == {f.name: getattr(states["p1"], f.name) for f in dataclasses.fields(states["p1"])}
+    assert _cursor(folder, "p1") == states["p1"]
 
 
 NESTED = (
@@ -329,9 +344,9 @@ def test_schema_and_summary_match_spark_for_nested_types_and_schema_evolution(sp
     writer, folder = TableWriter(spark), location(table)
     spec = WriteSpec(table=table, disposition="append")
     result = writer.write(spec, spark.createDataFrame([nested_row(1)], NESTED), commit=info(1))
-    assert tm.spark_schema(folder) == result.schema
+    assert _schema(folder) == result.schema
     assert_matches_spark(spark, table, folder)
-    assert tm.spark_schema(folder) == tuple((f.name, f.dataType.simpleString()) for f in spark.table(table.sql).schema.fields)
+    assert _schema(folder) == tuple((f.name, f.dataType.simpleString()) for f in spark.table(table.sql).schema.fields)
 
     # evolution: a new (hostile) column, int -> bigint, decimal widened; then a nested column added
     evolved = NESTED.replace("n int", "n bigint").replace("price decimal(10,2)", "price decimal(12,2)")
@@ -339,7 +354,7 @@ def test_schema_and_summary_match_spark_for_nested_types_and_schema_evolution(sp
     row = (*nested_row(2), (dt.datetime(2024, 1, 2),))
     result = writer.write(spec, spark.createDataFrame([row], evolved), commit=info(2))
     assert dict(result.schema)["n"] == "bigint" and dict(result.schema)["price"] == "decimal(12,2)"
-    assert tm.spark_schema(folder) == result.schema
+    assert _schema(folder) == result.schema
     assert_matches_spark(spark, table, folder)
 
     spark.sql(f"ALTER TABLE {table} ADD COLUMN info.extra map<string,string>")
@@ -354,13 +369,13 @@ def test_empty_table_and_missing_table(spark, table, location):
     folder = location(table)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `lake`.`{NS}`")
     spark.sql(f"CREATE TABLE {table} (id bigint, at timestamp) USING iceberg")
-    assert tm.current_summary(folder) == (None, {}) and tm.committed_state(folder) is None
+    assert _summary(folder) == (None, {}) and _cursor(folder) is None
     assert tm.read_metadata(folder) is not None  # a definitive "no cursor", not "unsure"
     assert_matches_spark(spark, table, folder)
     missing_table = dataclasses.replace(table, name=table.name + "_missing")
     missing = location(missing_table)
     assert not spark.catalog.tableExists(missing_table.sql)
-    assert tm.read_metadata(missing) is None and tm.committed_state(missing) is None
+    assert tm.read_metadata(missing) is None and _cursor(missing) is None
 
 
 @pytest.mark.spark
@@ -418,10 +433,10 @@ def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, loc
     timings = []
     for _ in range(20):
         started = time.perf_counter()
-        state = tm.committed_state(folder, "early")
+        state = _cursor(folder, "early")
         timings.append(time.perf_counter() - started)
     assert state == read_committed_state(spark, table, "early")
-    assert tm.committed_state(folder) == read_committed_state(spark, table)
+    assert _cursor(folder) == read_committed_state(spark, table)
     best, median = min(timings), sorted(timings)[len(timings) // 2]
     size = tm.read_metadata(folder).path.stat().st_size
     print(f"\ncommitted_state on 50 snapshots ({size} bytes of metadata): best {best * 1e3:.2f} ms, median {median * 1e3:.2f} ms")
@@ -430,7 +445,7 @@ def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, loc
     # a fresh process: import the module and read the cursor, no pyspark, no JVM
     code = (
         "import sys, time; t0 = time.perf_counter(); from dagster_incremental.spark import table_metadata as tm; "
-        f"t1 = time.perf_counter(); c = tm.committed_cursor({str(folder)!r}, 'early'); t2 = time.perf_counter(); "
+        f"t1 = time.perf_counter(); c = tm.read_metadata({str(folder)!r}).committed_cursor('early'); t2 = time.perf_counter(); "
         "assert c.run_id == 'run-4' and 'pyspark' not in sys.modules; "
         "print(f'{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.2f}')"
     )

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from dagster_incremental.errors import ConcurrentRunError, DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.partitioning import parse_partition_field, partition_bounds
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.dialect import conflicts_as_concurrent_run
+from dagster_incremental.spark.commit import conflicts_as_concurrent_run
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
@@ -65,10 +65,11 @@ def test_helper_prefix_is_the_merge_strategies_one():
     assert WINDOW_OP.startswith(merge_sql.HELPER_PREFIX) and KEY_DELETE_OP.startswith(merge_sql.HELPER_PREFIX)
 
 
-def test_delta_is_a_clear_config_error(spark):
-    spec = WriteSpec(table=TableRef("lake", ("tw",), "delta"), table_format="delta")
+def test_delta_is_a_clear_config_error():
+    from dagster_incremental.spark.table_service import TableService
+
     with pytest.raises(IncrementalConfigError, match='format = "delta" is not supported'):
-        TableWriter(spark).write(spec, None, commit=CommitInfo(state=None))
+        TableService(dict, table_format="delta")
 
 
 # -- helpers against Spark ------------------------------------------------------------------------

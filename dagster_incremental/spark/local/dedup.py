@@ -21,7 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.settings.vocabulary import matches_on_primary_key
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteSpec, null_key_message
 
 _ARRIVAL = "__di_arrival"
@@ -33,9 +32,7 @@ def covers(spec: WriteSpec, columns: list[str]) -> bool:
     A batch with a missing key/dedup column or a reserved name goes the Spark way, which
     reports those errors.
     """
-    if spec.disposition != "merge" or not spec.primary_key:
-        return False
-    if not matches_on_primary_key(spec.strategy, spec.merge_key):
+    if not spec.keyed:
         return False
     needed = list(spec.primary_key) + ([spec.dedup_sort[0]] if spec.dedup_sort else [])
     if spec.dedup_sort is not None and spec.dedup_sort[1] not in ("asc", "desc"):

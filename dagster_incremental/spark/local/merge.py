@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dagster_incremental.spark.dialect import PendingCommit, counted_by_keys
+from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_keys, plan_target
@@ -92,7 +92,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
 
 def _applies(pending: PendingCommit, rows: LocalRows) -> bool:
     spec = pending.spec
-    if spec.table_format != "iceberg" or spec.disposition != "merge" or not counted_by_keys(spec):
+    if not spec.replaces_by_key:
         return False
     if rows.spilled or not 0 < rows.num_rows <= MAX_LOCAL_MERGE_ROWS:
         return False

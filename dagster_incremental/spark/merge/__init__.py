@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dagster_incremental.spark.merge.dedup import resolve_strategy
+from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.merge.delete_insert import DeleteInsert
 from dagster_incremental.spark.merge.insert_only import InsertOnly
 from dagster_incremental.spark.merge.scd2 import Scd2
@@ -50,7 +50,13 @@ STRATEGIES: Mapping[str, MergeStrategy] = {
 
 def strategy_for(spec: WriteSpec) -> MergeStrategy:
     """spec's strategy (default delete-insert); IncrementalConfigError for a spec that can't merge."""
-    return STRATEGIES[resolve_strategy(spec)]
+    name = spec.merge_strategy
+    if name is None:
+        raise IncrementalConfigError(
+            f"{spec.table}: merge strategies apply to write_disposition='merge', "
+            f"not {spec.disposition!r}; append and replace are written without a MERGE."
+        )
+    return STRATEGIES[name]
 
 
 def prepare_batch(

@@ -12,8 +12,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType
 
-from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.settings.vocabulary import DEFAULT_STRATEGY, MergeStrategy
+from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge.sql import DELETED, HELPER_PREFIX, SURVIVOR
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
@@ -25,20 +24,6 @@ SEQ = "__di_seq"  # arrival order, taken before any shuffle: "the last row seen 
 def c(name: str) -> Column:
     """A column by its exact name (dots, backticks and spaces are not syntax here)."""
     return F.col(quote(name))
-
-
-def resolve_strategy(spec: WriteSpec) -> MergeStrategy:
-    """The merge strategy of `spec` (dlt's default: delete-insert); errors for non-merge specs.
-
-    The settings themselves (a known strategy, upsert with a primary key, dedup_sort's
-    direction) were checked when the asset's settings were resolved.
-    """
-    if spec.disposition != "merge":
-        raise IncrementalConfigError(
-            f"{spec.table}: merge strategies apply to write_disposition='merge', "
-            f"not {spec.disposition!r}; append and replace are written without a MERGE."
-        )
-    return spec.strategy or DEFAULT_STRATEGY
 
 
 def require_columns(spec: WriteSpec, batch: DataFrame, roles: dict[str, Sequence[str]]) -> None:
