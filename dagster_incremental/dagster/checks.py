@@ -150,7 +150,7 @@ def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_
     table is still unique: checked from the snapshot
     lineage in the metadata files, with no Spark job. Anything else (appends, scd2, a merge_key, a
     window, another writer's commit, a catalog whose files are not readable here) is counted."""
-    keyed_merge = settings.strategy != "scd2" and matches_on_primary_key(settings.strategy, settings.merge_key)
+    keyed_merge = settings.disposition == "merge" and settings.strategy != "scd2" and matches_on_primary_key(settings.strategy, settings.merge_key)
     if not keyed_merge or batch.window is not None or batch.full_refresh:
         return None
     last = _last_count(context.instance, check_key, base["scope"].value)

@@ -67,7 +67,8 @@ class WriteSpec:
         """A merge that matches rows by the primary key alone: upsert, insert-only, or
         delete-insert without merge_key (scd2 retires and inserts versions). Its batch is
         deduplicated on the key (in Arrow when local) and its first load is a plain append."""
-        return bool(self.primary_key) and matches_on_primary_key(self.merge_strategy, self.merge_key)
+        strategy = self.merge_strategy
+        return strategy is not None and bool(self.primary_key) and matches_on_primary_key(strategy, self.merge_key)
 
     @property
     def replaces_by_key(self) -> bool:

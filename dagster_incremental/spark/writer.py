@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,13 +29,12 @@ from dagster_incremental.spark.commit import (
     new_commit_id,
     read_committed_state,
 )
-from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
-from dagster_incremental.spark.local.merge import merge_local
+from dagster_incremental.spark.local.write import write_local
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
 from dagster_incremental.spark.sql import quote
-from dagster_incremental.spark.local.stage import arrow_to_spark, is_local, local_rows, spark_schema_of
+from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
 from dagster_incremental.spark.table_create import (
     TableAlreadyExists,
@@ -135,18 +133,14 @@ class TableWriter:
         pending = self._pending(spec, commit, run_started_at, guard)
         exists = self._refreshed(spec.table)
         local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
-        if is_local(batch):
-            batch = local_rows(batch)
-            local_count = batch.num_rows if deduplicated else None
-            if window is None and not full_refresh and _appends_only(spec, exists, deduplicated, batch):
-                result = self._append_local(pending, batch)
+        local = as_local(batch)
+        if local is not None:
+            if window is None and not full_refresh:
+                result = write_local(self.spark, pending, local, exists=exists, deduplicated=deduplicated)
                 if result is not None:
                     return result
-            elif window is None and not full_refresh and exists and deduplicated:
-                result = merge_local(self.spark, pending, batch)
-                if result is not None:
-                    return result
-            batch = arrow_to_spark(self.spark, batch)
+            local_count = local.num_rows if deduplicated else None
+            batch = arrow_to_spark(self.spark, local)
         batch, helpers = self._prepared(pending, batch, deduplicated)
         data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
         exists = self.table_exists(spec.table)
@@ -283,34 +277,6 @@ class TableWriter:
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
         return commit_result(self.spark, pending, kind="window", keys=pairing_key(spec), window=window)
 
-    def _append_local(self, pending: PendingCommit, batch: Any) -> WriteResult | None:
-        """Local rows appended by pyarrow + one Iceberg commit (see local_append); None when
-        the table needs the Spark path (no data committed; the table may have been created,
-        empty, or widened by schema evolution, which the Spark path then finds done)."""
-        spark, spec = self.spark, pending.spec
-        data_schema = spark_schema_of(batch)
-        first_load = False
-        if not self.table_exists(spec.table):
-            if spec.partition_by:
-                return None
-            schema, _ = creatable_schema(spec.table, data_schema)
-            ensure_namespace(spark, spec.table)
-            if not create_table(spark, pending, schema, if_not_exists=False):
-                return None  # another writer created it first: merge/append the Spark way
-            first_load = spec.disposition != "append"
-        else:
-            table_schema = spark.table(spec.table.sql).schema
-            plan = plan_schema_change(spec.table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
-            if not plan.is_empty:
-                apply_schema_change(spark, plan)
-        target = LocalAppend.open(spark, spec.table)
-        if target is None:
-            return None
-        paths: list[str] = []
-        with removed_on_failure(paths), pending.guarded(spark):
-            target.write_files(batch, pending.case_sensitive, paths)
-            target.commit(paths, pending.properties, only_if_empty=first_load, branch=pending.branch or None)
-        return commit_result(spark, pending, kind="summary")
 
 
 def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
@@ -340,20 +306,6 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
     safe = set.intersection(*groups)
     fields = parse_partition_spec(spec.partition_by, columns, table=str(spec.table))
     return [item for item, field in zip(spec.partition_by, fields) if field.column in safe]
-
-
-def _appends_only(spec: WriteSpec, exists: bool, deduplicated: bool, batch: Any) -> bool:
-    """Whether writing `batch` is adding its rows and nothing else: any append, or the first
-    load of a replace or keyed-merge table (one row per key, no tombstones to apply)."""
-    if any(c.startswith(HELPER_PREFIX) for c in batch.column_names):
-        return False
-    if spec.disposition == "append":
-        return True
-    if exists:
-        return False
-    if spec.disposition == "replace":
-        return True
-    return spec.keyed and deduplicated and spec.hard_delete_column is None
 
 
 def _reject_helper_columns(table: TableRef, columns: Sequence[str]) -> None:

@@ -97,10 +97,10 @@ def test_a_first_load_that_another_writer_beat_is_refused_and_leaves_no_files(sp
     spark.sql(f"CREATE TABLE {name} (id BIGINT, v STRING) USING iceberg")
     target = LocalAppend.open(spark, name)
     paths: list[str] = []
-    target.write_files(LocalRows.of(pa.table({"id": [1], "v": ["mine"]})), False, paths)
+    data_files = target.write_files(LocalRows.of(pa.table({"id": [1], "v": ["mine"]})), False, paths)
     spark.sql(f"INSERT INTO {name} VALUES (1, 'theirs')")  # another run's first load lands first
     with pytest.raises(Exception) as caught:
-        target.commit(paths, {"dagster_incremental.state": "{}"}, only_if_empty=True)
+        target.commit(data_files, {"dagster_incremental.state": "{}"}, only_if_empty=True)
     assert is_commit_conflict(caught.value)
     assert [(r.id, r.v) for r in spark.table(name.sql).collect()] == [(1, "theirs")]
 

@@ -134,10 +134,16 @@ class LocalAppend:
                 columns.append(batch.column(index).cast(field.type))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
-    def write_files(self, rows: LocalRows, case_sensitive: bool, paths: list[str]) -> None:
-        """Write the rows as Parquet data files, adding each file to `paths` before writing it
-        (so a failure can remove them). Rows in memory are split over parallel threads (pyarrow
-        frees the GIL); spilled rows stream chunk by chunk, memory staying flat."""
+    def write_files(self, rows: LocalRows, case_sensitive: bool, paths: list[str]) -> list[Any]:
+        """Write the rows as Parquet data files and return them as Iceberg DataFile objects,
+        adding each file to `paths` before writing it (so a failure can remove them). Rows in
+        memory are split over parallel threads (pyarrow frees the GIL); spilled rows stream
+        chunk by chunk, memory staying flat."""
+        start = len(paths)
+        self._write_parquet(rows, case_sensitive, paths)
+        return self._data_files(paths[start:])
+
+    def _write_parquet(self, rows: LocalRows, case_sensitive: bool, paths: list[str]) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
         prefix = uuid.uuid4().hex
         if rows.spilled:
@@ -166,8 +172,8 @@ class LocalAppend:
             for chunk in chunks:
                 writer.write_table(chunk)
 
-    def commit(self, paths: list[str], properties: Mapping[str, str], *, only_if_empty: bool, branch: str | None = None) -> None:
-        """ONE snapshot adding the files and carrying `properties` (the cursor).
+    def commit(self, data_files: list[Any], properties: Mapping[str, str], *, only_if_empty: bool, branch: str | None = None) -> None:
+        """ONE snapshot adding the data files and carrying `properties` (the cursor).
 
         only_if_empty: the rows are a merge table's first load, valid only while no other writer
         has added data since the table was created; Iceberg then validates exactly that and
@@ -183,7 +189,7 @@ class LocalAppend:
         else:
             operation = iceberg.newAppend()
             add = operation.appendFile
-        for data_file in self.data_files(paths):
+        for data_file in data_files:
             add(data_file)
         for key, value in properties.items():
             operation.set(key, value)
@@ -191,7 +197,7 @@ class LocalAppend:
             operation.toBranch(branch)
         operation.commit()
 
-    def data_files(self, paths: list[str]) -> list[Any]:
+    def _data_files(self, paths: list[str]) -> list[Any]:
         """The written files as Iceberg DataFile objects, metrics read from their footers."""
         iceberg, jvm = self.table, self.jvm
         metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg)

@@ -62,11 +62,12 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     target = LocalAppend.open(spark, spec.table)
     if target is None or str(target.table.properties().get("write.merge.mode")) != "merge-on-read":
         return None  # a copy-on-write table: its readers were promised no delete files
-    batch = target.aligned(rows.table(), pending.case_sensitive)
+    table = rows.table()
+    batch = target.aligned(table, pending.case_sensitive)
     key_fields = _key_fields(target.schema, spec.primary_key, pending.case_sensitive)
     if key_fields is None:
         return None
-    dead = tombstones(rows.table(), spec.hard_delete_column)
+    dead = tombstones(table, spec.hard_delete_column)
     keys = batch.select([f.name for f in key_fields])
     plan = plan_target(target.jvm, target.table, key_fields, keys, pending.case_sensitive)
     if plan is None:
@@ -82,9 +83,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     counts = Counts(inserted=inserts.num_rows - updated, updated=updated, deleted=matched_dead)
     paths: list[str] = []
     with removed_on_failure(paths), pending.guarded(spark):
-        if inserts.num_rows:
-            target.write_files(LocalRows.of(inserts), pending.case_sensitive, paths)
-        data_files = target.data_files(paths)
+        data_files = target.write_files(LocalRows.of(inserts), pending.case_sensitive, paths) if inserts.num_rows else []
         deletes = _write_deletes(target, touched, paths)
         _commit(target, plan, data_files, deletes, touched, pending)
     return commit_result(spark, pending, kind="summary", counts=counts)

@@ -246,13 +246,12 @@ def _conflicting_column(page: list[dict]) -> str | None:
     return None
 
 
-def is_local(obj: Any) -> bool:
-    """Rows held in this process (LocalRows or a pyarrow Table), not yet handed to Spark."""
-    return isinstance(obj, LocalRows) or _kind(obj) == "arrow"
-
-
-def local_rows(obj: Any) -> LocalRows:
-    return obj if isinstance(obj, LocalRows) else LocalRows.of(obj)
+def as_local(obj: Any) -> LocalRows | None:
+    """Rows held in this process (LocalRows or a pyarrow Table) as LocalRows; None for anything
+    else (a Spark DataFrame, no rows)."""
+    if isinstance(obj, LocalRows):
+        return obj
+    return LocalRows.of(obj) if _kind(obj) == "arrow" else None
 
 
 def spark_ready_schema(schema):
@@ -275,12 +274,12 @@ def spark_schema_of(rows: Any):
     """The Spark schema local rows get (what schema evolution and CREATE TABLE work from)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(spark_ready_schema(local_rows(rows).schema))
+    return from_arrow_schema(spark_ready_schema(_rows(rows).schema))
 
 
 def arrow_to_spark(spark, rows: Any):
     """Local rows as a Spark DataFrame, chunk by chunk (explicit schema, no per-row Python)."""
-    rows = local_rows(rows)
+    rows = _rows(rows)
     schema = spark_ready_schema(rows.schema)
     spark_schema = spark_schema_of(rows)
     frame = None
@@ -340,3 +339,10 @@ def _typed_cursor_columns(frame, runs: Mapping[str, Any]):
         if isinstance(frame.schema[path].dataType, StringType):
             frame = frame.withColumn(path, string_instants(F.col(f"`{path}`"), formats))
     return frame
+
+
+def _rows(rows: Any) -> LocalRows:
+    local = as_local(rows)
+    if local is None:
+        raise TypeError(f"expected local rows (LocalRows or a pyarrow Table), got {type(rows).__name__}")
+    return local
