@@ -212,7 +212,7 @@ PHASES = (
     "dagster_incremental.spark.commit:with_commit_properties",
     "dagster_incremental.spark.statistics:commit_result",
     "dagster_incremental.spark.statistics:_changed_rows",
-    "dagster_incremental.spark.commit:find_snapshot",
+    "dagster_incremental.spark.statistics:find_snapshot",
     "dagster_incremental.spark.commit:read_committed_state",
     # the rest of a run: the asset's compute up to its Output, the IO manager, the checks after it
     "dagster_incremental.dagster.run:Runner._run",

@@ -7,19 +7,21 @@ Loads a 1,000-row upsert asset, then traces the change run's `handle_output` (20
 local dicts) with `sys.setprofile`, following the batch: a call is on its path when it receives
 the batch or something derived from it (see PathTrace). Every path call from one library module
 into ANOTHER is a step, except reading or building a value (a property, a dunder such as a
-dataclass's __init__); a step into a module the path had already entered is a re-entry (a return
+dataclass's __init__) or resuming a generator; a step into a module the path had already entered is a re-entry (a return
 to the caller is not a step). Prints one JSON line: calls, modules, re-entries and the
 module sequence.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 from bench import common
 
 PACKAGE = "dagster_incremental"
+_STARTED: set[int] = set()  # generator frames already started
 
 
 class PathTrace:
@@ -58,8 +60,7 @@ class PathTrace:
         for value in frame.f_locals.values():
             if id(value) in self.tracked:
                 self._track(value)
-        caller_frame = frame.f_back
-        caller = caller_frame.f_globals.get("__name__", "") if caller_frame is not None else ""
+        caller = _calling_module(frame)
         if callee != caller and caller.startswith(PACKAGE) and not _reads_a_field(frame):
             self.steps.append((caller, callee, frame.f_code.co_name))
 
@@ -82,12 +83,27 @@ class PathTrace:
         }
 
 
+def _calling_module(frame: Any) -> str:
+    """The library module that made the call, looking through the standard library in between
+    (contextlib entering a `with`, dataclasses building a value)."""
+    caller = frame.f_back
+    while caller is not None and not caller.f_globals.get("__name__", "").startswith(PACKAGE):
+        if "site-packages" in caller.f_code.co_filename:
+            return ""  # called back from a dependency (Dagster, pyspark): not the library's step
+        caller = caller.f_back
+    return caller.f_globals.get("__name__", "") if caller is not None else ""
+
+
 def _reads_a_field(frame: Any) -> bool:
     """A dunder (a dataclass's __init__, __eq__) or a property getter: reading or building a
     value, not a step of the work."""
     name = frame.f_code.co_name
     if name.startswith("__") and name.endswith("__"):
         return True
+    if frame.f_code.co_flags & inspect.CO_GENERATOR:
+        if id(frame) in _STARTED:
+            return True  # a generator resumed for its next item: the call was its first start
+        _STARTED.add(id(frame))
     owner = frame.f_locals.get("self")
     return owner is not None and isinstance(getattr(type(owner), name, None), property)
 

@@ -212,40 +212,6 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
     return callable_.result
 
 
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """One row of `<table>.snapshots`."""
-
-    snapshot_id: int
-    parent_id: int | None
-    operation: str
-    summary: dict[str, str]
-    committed_at: datetime
-
-
-def find_snapshot(spark: SparkSession, table: TableRef, commit_id: str) -> SnapshotInfo | None:
-    """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
-    of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
-    slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
-    iceberg = iceberg_table(spark, table)
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    while snapshot is not None:
-        summary = java_json(spark._jvm, snapshot.summary())
-        if summary.get(COMMIT_ID_PROPERTY) == commit_id:
-            parent = snapshot.parentId()
-            return SnapshotInfo(
-                snapshot_id=snapshot.snapshotId(),
-                parent_id=parent,
-                operation=snapshot.operation(),
-                summary=summary,
-                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
-            )
-        parent = snapshot.parentId()
-        snapshot = iceberg.snapshot(parent) if parent is not None else None
-    return None
-
-
 def iceberg_table(spark: SparkSession, table: TableRef) -> Any:
     """The org.apache.iceberg.Table behind a Spark table (py4j; no Spark job)."""
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
@@ -488,6 +454,24 @@ class PendingCommit:
     case_sensitive: bool
     guard: CursorGuard | None = None  # a cursor-carrying run: commit by compare-and-set (RunBranch)
     branch: str = ""  # the run's branch name under a guard
+    iceberg: Any = None  # the table's org.apache.iceberg.Table, refreshed; None: no table yet
+
+    @classmethod
+    def open(
+        cls, spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None, guard: CursorGuard | None
+    ) -> PendingCommit:
+        """The commit about to be made on the table as it is now (its state validated first)."""
+        commit_id = new_commit_id()
+        return cls(
+            spec=spec,
+            commit_id=commit_id,
+            properties=commit_properties(info, commit_id=commit_id),
+            started=started or datetime.now(timezone.utc),
+            case_sensitive=spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true",
+            guard=guard,
+            branch=new_branch_name() if guard is not None else "",
+            iceberg=_refreshed_table(spark, spec.table),
+        )
 
     @property
     def table(self) -> TableRef:
@@ -551,3 +535,23 @@ def conflicts_as_concurrent_run(table: TableRef) -> Iterator[None]:
                 table=table.display,
             ) from exc
         raise
+
+
+def _refreshed_table(spark: SparkSession, table: TableRef) -> Any:
+    """The table's Iceberg object brought up to date, None when there is no table: the cursor may
+    have been read from the table's files, not through this session, and another process may
+    have committed since this session cached the table, or deleted its files (then the cached
+    table is dropped and the table does not exist)."""
+    if not spark.catalog.tableExists(table.sql):
+        return None
+    try:
+        iceberg = iceberg_table(spark, table)
+        iceberg.refresh()
+        return iceberg
+    except Exception:  # noqa: BLE001 - looked at again below; a real error is raised again
+        spark.catalog.refreshTable(table.sql)
+        if not spark.catalog.tableExists(table.sql):
+            return None
+        iceberg = iceberg_table(spark, table)
+        iceberg.refresh()
+        return iceberg

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -85,6 +85,37 @@ class SchemaPlan:
         widened = dict(self.widen)
         fields = [T.StructField(f.name, widened.get(f.name, f.dataType), True) for f in table_schema]
         return T.StructType(fields + [T.StructField(f.name, f.dataType, True) for f in self.add])
+
+
+def spark_ready_schema(schema):
+    """The Arrow types Spark stores: untyped (all-NULL) columns as text, timestamps in
+    microseconds. Both ways of writing local rows (Spark, spark/local/) start from this."""
+    import pyarrow as pa
+
+    fields = []
+    for f in schema:
+        if pa.types.is_null(f.type):  # a column that was None in every row: keep it, as text
+            fields.append(pa.field(f.name, pa.string()))
+        elif pa.types.is_timestamp(f.type) and f.type.unit != "us":
+            fields.append(pa.field(f.name, pa.timestamp("us", tz=f.type.tz)))
+        else:
+            fields.append(f)
+    return pa.schema(fields)
+
+
+def spark_schema_of_arrow(schema: Any) -> T.StructType:
+    """The Spark schema of local rows with this Arrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(spark_ready_schema(schema))
+
+
+def fit_table_to_rows(spark: SparkSession, table: TableRef, arrow_schema: Any, *, case_sensitive: bool) -> None:
+    """New columns and type promotions that local rows of `arrow_schema` need, applied to the
+    table before the data commit (as the Spark path does before its MERGE)."""
+    plan = plan_schema_change(table, spark.table(table.sql).schema, spark_schema_of_arrow(arrow_schema), case_sensitive=case_sensitive)
+    if not plan.is_empty:
+        apply_schema_change(spark, plan)
 
 
 def sql_type(data_type: T.DataType) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.commit import PendingCommit, SnapshotInfo, find_snapshot, iceberg_table, java_json, write_options
+from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY, PendingCommit, iceberg_table, java_json, write_options
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_metadata import LineageEntry, live_row_count, provable_row_count
@@ -77,7 +78,7 @@ def commit_result(
         rows_inserted=counts.inserted,
         rows_updated=counts.updated,
         rows_deleted=counts.deleted,
-        row_count=row_count(spark, commit.table, snapshot.snapshot_id),
+        row_count=row_count(spark, commit.table, snapshot.snapshot_id, _java_table(spark, commit)),
         snapshot_id=snapshot.snapshot_id,
         schema=_schema(spark, commit.table),
         delete_files=_int(summary, "total-delete-files"),
@@ -99,25 +100,25 @@ def unchanged(spark: SparkSession, table: TableRef) -> WriteResult:
     )
 
 
-def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None) -> int:
+def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None, java_table: Any = None) -> int:
     """Live rows at `snapshot_id`, from the lineage's summaries when they prove it (see
-    provable_row_count), else one count job."""
-    rows = provable_row_count(_lineage(spark, table, snapshot_id))
+    provable_row_count), else one count job. java_table: the table's Iceberg object, if held."""
+    java_table = java_table if java_table is not None else iceberg_table(spark, table)
+    rows = provable_row_count(_lineage(spark._jvm, java_table, snapshot_id))
     if rows is not None:
         return rows
     as_of = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
     return int(spark.sql(f"SELECT count(*) FROM {table.sql}{as_of}").collect()[0][0])
 
 
-def _lineage(spark: SparkSession, table: TableRef, snapshot_id: int | None) -> Iterator[LineageEntry]:
+def _lineage(jvm: Any, java_table: Any, snapshot_id: int | None) -> Iterator[LineageEntry]:
     """`snapshot_id` and its parents, newest first, read lazily from the Iceberg Table object."""
-    java_table = iceberg_table(spark, table)
     while snapshot_id is not None:
         snapshot = java_table.snapshot(snapshot_id)
         if snapshot is None:
             return
         parent = snapshot.parentId()
-        yield LineageEntry(str(snapshot.operation()), java_json(spark._jvm, snapshot.summary()), parent is None)
+        yield LineageEntry(str(snapshot.operation()), java_json(jvm, snapshot.summary()), parent is None)
         snapshot_id = parent
 
 
@@ -152,7 +153,46 @@ def resolve_column(table: TableRef, schema: T.StructType, name: str) -> str:
 
 
 def _own_snapshot(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo | None:
-    return find_snapshot(spark, commit.table, commit.commit_id)
+    return find_snapshot(spark._jvm, _java_table(spark, commit), commit.commit_id)
+
+
+def _java_table(spark: SparkSession, commit: PendingCommit) -> Any:
+    """The table's Iceberg object: the one the commit started from, else (a table the write
+    created) loaded now."""
+    return commit.iceberg if commit.iceberg is not None else iceberg_table(spark, commit.table)
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One row of `<table>.snapshots`."""
+
+    snapshot_id: int
+    parent_id: int | None
+    operation: str
+    summary: dict[str, str]
+    committed_at: datetime
+
+
+def find_snapshot(jvm: Any, iceberg: Any, commit_id: str) -> SnapshotInfo | None:
+    """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
+    of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
+    slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
+    iceberg.refresh()
+    snapshot = iceberg.currentSnapshot()
+    while snapshot is not None:
+        summary = java_json(jvm, snapshot.summary())
+        if summary.get(COMMIT_ID_PROPERTY) == commit_id:
+            parent = snapshot.parentId()
+            return SnapshotInfo(
+                snapshot_id=snapshot.snapshotId(),
+                parent_id=parent,
+                operation=snapshot.operation(),
+                summary=summary,
+                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
+            )
+        parent = snapshot.parentId()
+        snapshot = iceberg.snapshot(parent) if parent is not None else None
+    return None
 
 
 def _record_empty_commit(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo:

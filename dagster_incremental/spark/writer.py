@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -19,16 +19,7 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import (
-    CommittedState,
-    CursorGuard,
-    PendingCommit,
-    commit_properties,
-    iceberg_table,
-    new_branch_name,
-    new_commit_id,
-    read_committed_state,
-)
+from dagster_incremental.spark.commit import CommittedState, CursorGuard, PendingCommit, read_committed_state
 from dagster_incremental.spark.local.write import write_local
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
@@ -76,22 +67,6 @@ class TableWriter:
         """Catalog lookup; real errors (catalog down, bad name) propagate instead of reading as False."""
         return bool(self.spark.catalog.tableExists(table.sql))
 
-    def _refreshed(self, table: TableRef) -> bool:
-        """Whether the table exists, its cached Iceberg object brought up to date first: the
-        cursor may have been read from the table's files, not through this session, and
-        another process may have committed since this session cached the table, or deleted
-        its files (then the cached table is dropped and the table does not exist)."""
-        if not self.table_exists(table):
-            return False
-        try:
-            iceberg_table(self.spark, table).refresh()
-        except Exception:  # noqa: BLE001 - looked at again below; a real error is raised again
-            self.spark.catalog.refreshTable(table.sql)
-            if not self.table_exists(table):
-                return False
-            iceberg_table(self.spark, table).refresh()
-        return True
-
     def read_committed_state(self, table: TableRef, scope: str | None = None) -> CommittedState | None:
         """The newest cursor committed with the table (see commit.read_committed_state)."""
         return read_committed_state(self.spark, table, scope)
@@ -130,8 +105,8 @@ class TableWriter:
         guard: the cursor the run read; the data commit then happens only if the table still
         holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """
-        pending = self._pending(spec, commit, run_started_at, guard)
-        exists = self._refreshed(spec.table)
+        pending = PendingCommit.open(self.spark, spec, commit, run_started_at, guard)
+        exists = pending.iceberg is not None
         local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
         local = as_local(batch)
         if local is not None:
@@ -161,20 +136,6 @@ class TableWriter:
         if window is not None:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema, local_count)
-
-    def _pending(
-        self, spec: WriteSpec, commit: CommitInfo, run_started_at: datetime | None, guard: CursorGuard | None
-    ) -> PendingCommit:
-        commit_id = new_commit_id()
-        return PendingCommit(
-            spec=spec,
-            commit_id=commit_id,
-            properties=commit_properties(commit, commit_id=commit_id),  # validates the state first
-            started=run_started_at or datetime.now(timezone.utc),
-            case_sensitive=self.spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true",
-            guard=guard,
-            branch=new_branch_name() if guard is not None else "",
-        )
 
     def _prepared(self, pending: PendingCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
         """(the batch as its disposition writes it, the `__di_*` helper columns it carries)."""

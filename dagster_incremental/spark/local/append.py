@@ -93,12 +93,13 @@ class LocalAppend:
     compression_level: int | None
 
     @classmethod
-    def open(cls, spark: Any, table: TableRef) -> LocalAppend | None:
-        """The table, if its data files can be written from here (else None: use Spark)."""
+    def open(cls, spark: Any, table: TableRef, iceberg: Any = None) -> LocalAppend | None:
+        """The table, if its data files can be written from here (else None: use Spark).
+        iceberg: its Java object when the caller holds it already."""
         from dagster_incremental.spark.commit import iceberg_table, java_json
 
         jvm = spark._jvm
-        iceberg = iceberg_table(spark, table)
+        iceberg = iceberg if iceberg is not None else iceberg_table(spark, table)
         location = str(iceberg.location())
         local = location.startswith("file:/") or location.startswith("/")
         props = java_json(jvm, iceberg.properties())

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_keys, plan_target
+from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_target
+from dagster_incremental.spark.schema_evolution import fit_table_to_rows
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
 
 # Batches above this many rows keep Spark's MERGE. Measured (bench.merge_scaling --source arrow
@@ -58,8 +59,8 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     spec = pending.spec
     if not _applies(pending, rows):
         return None
-    _fit_schema(spark, pending, rows)
-    target = LocalAppend.open(spark, spec.table)
+    fit_table_to_rows(spark, pending.table, rows.schema, case_sensitive=pending.case_sensitive)
+    target = LocalAppend.open(spark, spec.table, pending.iceberg)
     if target is None or str(target.table.properties().get("write.merge.mode")) != "merge-on-read":
         return None  # a copy-on-write table: its readers were promised no delete files
     table = rows.table()
@@ -69,10 +70,10 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     dead = tombstones(table, spec.hard_delete_column)
     keys = batch.select([f.name for f in key_fields])
-    plan = plan_target(target.jvm, target.table, key_fields, keys, pending.case_sensitive)
-    if plan is None:
+    found = match_target(target.jvm, target.table, key_fields, keys, dead, pending.case_sensitive)
+    if found is None:
         return None
-    touched, matched = match_keys(plan, key_fields, keys, dead)
+    plan, touched, matched = found
     if _repeated(matched, [f.name for f in key_fields]):
         return None
     inserts = batch.filter(pc.invert(dead))
@@ -99,19 +100,6 @@ def _applies(pending: PendingCommit, rows: LocalRows) -> bool:
     if any(c.startswith(HELPER_PREFIX) for c in columns):
         return False
     return spec.hard_delete_column is None or spec.hard_delete_column in columns
-
-
-def _fit_schema(spark: Any, pending: PendingCommit, rows: LocalRows) -> None:
-    """New columns and type promotions of the batch applied to the table first (as the Spark
-    path does before its MERGE)."""
-    from dagster_incremental.spark.local.stage import spark_schema_of
-    from dagster_incremental.spark.schema_evolution import apply_schema_change, plan_schema_change
-
-    table = pending.table
-    table_schema = spark.table(table.sql).schema
-    plan = plan_schema_change(table, table_schema, spark_schema_of(rows), case_sensitive=pending.case_sensitive)
-    if not plan.is_empty:
-        apply_schema_change(spark, plan)
 
 
 def _key_fields(schema: pa.Schema, primary_key: Sequence[str], case_sensitive: bool) -> list[pa.Field] | None:

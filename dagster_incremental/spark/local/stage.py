@@ -14,6 +14,7 @@ from typing import Any
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.schema_evolution import spark_ready_schema, spark_schema_of_arrow
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
 ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data file written)
@@ -254,27 +255,9 @@ def as_local(obj: Any) -> LocalRows | None:
     return LocalRows.of(obj) if _kind(obj) == "arrow" else None
 
 
-def spark_ready_schema(schema):
-    """The Arrow types Spark stores: untyped (all-NULL) columns as text, timestamps in
-    microseconds. Both ways of writing local rows (Spark, local_append) start from this."""
-    import pyarrow as pa
-
-    fields = []
-    for f in schema:
-        if pa.types.is_null(f.type):  # a column that was None in every row: keep it, as text
-            fields.append(pa.field(f.name, pa.string()))
-        elif pa.types.is_timestamp(f.type) and f.type.unit != "us":
-            fields.append(pa.field(f.name, pa.timestamp("us", tz=f.type.tz)))
-        else:
-            fields.append(f)
-    return pa.schema(fields)
-
-
-def spark_schema_of(rows: Any):
+def spark_schema_of(rows: Any) -> Any:
     """The Spark schema local rows get (what schema evolution and CREATE TABLE work from)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    return from_arrow_schema(spark_ready_schema(_rows(rows).schema))
+    return spark_schema_of_arrow(_rows(rows).schema)
 
 
 def arrow_to_spark(spark, rows: Any):

@@ -62,6 +62,17 @@ def exact_key_type(arrow_type: pa.DataType) -> bool:
     return any(check(arrow_type) for check in checks)
 
 
+def match_target(
+    jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array, case_sensitive: bool
+) -> tuple[TargetPlan, list[FileMatch], pa.Table] | None:
+    """The plan (see plan_target) and the rows it finds holding the batch's keys (see
+    match_keys); None when a file carries deletes this module can't apply."""
+    plan = plan_target(jvm, iceberg, key_fields, keys, case_sensitive)
+    if plan is None:
+        return None
+    return (plan, *match_keys(plan, key_fields, keys, dead))
+
+
 def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, case_sensitive: bool) -> TargetPlan | None:
     """The data files of the current snapshot whose key bounds overlap `keys` (the batch's key
     columns, named as the table's); None when a file carries deletes this module can't apply."""

@@ -12,8 +12,7 @@ from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
 from dagster_incremental.spark.local.merge import merge_local
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.local.stage import spark_schema_of
-from dagster_incremental.spark.schema_evolution import apply_schema_change, creatable_schema, plan_schema_change
+from dagster_incremental.spark.schema_evolution import creatable_schema, fit_table_to_rows, spark_schema_of_arrow
 from dagster_incremental.spark.statistics import commit_result
 from dagster_incremental.spark.table_create import create_table, ensure_namespace
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, WriteSpec
@@ -34,21 +33,17 @@ def _append(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteResult 
     the table needs the Spark path (no data committed; the table may have been created,
     empty, or widened by schema evolution, which the Spark path then finds done)."""
     spec = pending.spec
-    data_schema = spark_schema_of(rows)
     first_load = False
     if not spark.catalog.tableExists(spec.table.sql):
         if spec.partition_by:
             return None
-        schema, _ = creatable_schema(spec.table, data_schema)
+        schema, _ = creatable_schema(spec.table, spark_schema_of_arrow(rows.schema))
         ensure_namespace(spark, spec.table)
         if not create_table(spark, pending, schema, if_not_exists=False):
             return None  # another writer created it first: merge/append the Spark way
         first_load = spec.disposition != "append"
     else:
-        table_schema = spark.table(spec.table.sql).schema
-        plan = plan_schema_change(spec.table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
-        if not plan.is_empty:
-            apply_schema_change(spark, plan)
+        fit_table_to_rows(spark, spec.table, rows.schema, case_sensitive=pending.case_sensitive)
     target = LocalAppend.open(spark, spec.table)
     if target is None:
         return None
