@@ -201,7 +201,7 @@ def test_a_concurrent_writer_makes_the_local_merge_fail_and_leave_the_table_to_i
     table, writer = new_table("raced"), TableWriter(spark)
     first = writer.write(spec(table), rows(list(range(1, 21))), commit=CommitInfo(state={"v": 1}), deduplicated=True)
     other_writer = spec(table)
-    matched = local_merge.match_keys
+    matched = local_merge.match_target
 
     def match_then_race(*args, **kwargs):
         found = matched(*args, **kwargs)
@@ -209,7 +209,7 @@ def test_a_concurrent_writer_makes_the_local_merge_fail_and_leave_the_table_to_i
         writer.write(other_writer, frame, commit=CommitInfo(state=None), deduplicated=True)
         return found
 
-    monkeypatch.setattr(local_merge, "match_keys", match_then_race)
+    monkeypatch.setattr(local_merge, "match_target", match_then_race)
     guard = CursorGuard(expected_snapshot_id=first.snapshot_id, scope=None) if guarded else None
     with pytest.raises(ConcurrentRunError, match="another writer committed"):
         writer.write(spec(table), rows([5, 6, 40], version=1), commit=CommitInfo(state={"v": 2}), deduplicated=True, guard=guard)
