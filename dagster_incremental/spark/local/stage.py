@@ -14,7 +14,6 @@ from typing import Any
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.schema_evolution import spark_ready_schema, spark_schema_of_arrow
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
 ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data file written)
@@ -257,11 +256,15 @@ def as_local(obj: Any) -> LocalRows | None:
 
 def spark_schema_of(rows: Any) -> Any:
     """The Spark schema local rows get (what schema evolution and CREATE TABLE work from)."""
+    from dagster_incremental.spark.schema_evolution import spark_schema_of_arrow
+
     return spark_schema_of_arrow(_rows(rows).schema)
 
 
 def arrow_to_spark(spark, rows: Any):
     """Local rows as a Spark DataFrame, chunk by chunk (explicit schema, no per-row Python)."""
+    from dagster_incremental.spark.schema_evolution import spark_ready_schema
+
     rows = _rows(rows)
     schema = spark_ready_schema(rows.schema)
     spark_schema = spark_schema_of(rows)
