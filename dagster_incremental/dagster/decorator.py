@@ -180,7 +180,7 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
         yield from runner.run(context, config)
 
     compute.__name__ = settings.name
-    compute.dagster_incremental_settings = settings  # read back by incremental_settings()
+    compute.dagster_incremental_settings = settings  # type: ignore[attr-defined]  # read back by incremental_settings()
     # Dagster reads these annotations at definition time: give it classes, not postponed strings.
     compute.__annotations__ = {"context": dg.AssetExecutionContext, "config": IncrementalRunConfig}
     with warnings.catch_warnings():

@@ -118,6 +118,7 @@ def open_partition(tenants: TenantPartitions, partitions_def: Any, tenant: str) 
     """The partition that holds the tenant's live cursor: the tenant's own, or its newest day."""
     if tenants.time_dimension is None:
         return tenant
+    assert tenants.static_dimension is not None, "tenant x day partitions name both dimensions"
     days = partitions_def.get_partitions_def_for_dimension(tenants.time_dimension)
     return str(dg.MultiPartitionKey({tenants.time_dimension: days.get_last_partition_key(),
                                      tenants.static_dimension: tenant}))
@@ -129,6 +130,8 @@ def rows_of_partitions(frame: Any, context: Any, column: str, window_column: str
     from pyspark.sql import functions as F
 
     tenants = tenant_partitions(context.asset_key.to_user_string(), context.asset_partitions_def, column)
+    if tenants is None:  # the upstream's partitions are not tenants: nothing to narrow by
+        return frame
     keys = {tenants.tenant(key) for key in _partition_keys(context)}
     frame = frame.where(F.col(_quoted(column)).isin(sorted(keys)))
     if tenants.time_dimension is not None and window_column:

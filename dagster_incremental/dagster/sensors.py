@@ -190,7 +190,7 @@ def _text(values: Mapping[str | None, Any], names: tuple[str, ...]) -> str:
     if list(values) == [None]:
         return str(values[None])
     order = {n: i for i, n in enumerate(names)}
-    return ",".join(f"{arg}={values[arg]}" for arg in sorted(values, key=lambda a: order.get(a, len(order))))
+    return ",".join(f"{arg}={values[arg]}" for arg in sorted(values, key=lambda a: order.get(a or "", len(order))))
 
 
 def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -> Callable[..., Any]:

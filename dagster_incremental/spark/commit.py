@@ -132,7 +132,7 @@ def _pinned_properties_slot(spark: SparkSession) -> Any:
     if not isinstance(spark.sparkContext._gateway, ClientServer):
         return None
     try:
-        field = spark._jvm.org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField(
+        field = _jvm(spark).org.apache.iceberg.spark.CommitMetadata._java_lang_class.getDeclaredField(
             "COMMIT_PROPERTIES"
         )
         field.setAccessible(True)
@@ -167,7 +167,7 @@ def ensure_callback_server(spark: SparkSession) -> None:
     """
     from pyspark.java_gateway import ensure_callback_server_started
 
-    gateway = spark.sparkContext._gateway
+    gateway: Any = spark.sparkContext._gateway
     with _CALLBACK_LOCK:
         if gateway.__dict__.get("_callback_server") is None:
             ensure_callback_server_started(gateway)
@@ -214,7 +214,14 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
 
 def iceberg_table(spark: SparkSession, table: TableRef) -> Any:
     """The org.apache.iceberg.Table behind a Spark table (py4j; no Spark job)."""
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
+    return _jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
+
+
+def _jvm(spark: SparkSession) -> Any:
+    """The session's py4j view of the JVM (typed Optional by pyspark; always set on a session)."""
+    jvm = spark._jvm
+    assert jvm is not None, "a SparkSession without a JVM"
+    return jvm
 
 
 def java_json(jvm: Any, value: Any) -> Any:
@@ -467,7 +474,7 @@ class PendingCommit:
             commit_id=commit_id,
             properties=commit_properties(info, commit_id=commit_id),
             started=started or datetime.now(timezone.utc),
-            case_sensitive=spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true",
+            case_sensitive=str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
             guard=guard,
             branch=new_branch_name() if guard is not None else "",
             iceberg=_refreshed_table(spark, spec.table),

@@ -33,8 +33,8 @@ from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
 
 # Integral types by width; Iceberg stores byte/short as int, so a table never holds them.
-_INT_RANK = {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 3, T.LongType: 4}
-_INT_DIGITS = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
+_INT_RANK: dict[type[T.DataType], int] = {T.ByteType: 1, T.ShortType: 2, T.IntegerType: 3, T.LongType: 4}
+_INT_DIGITS: dict[type[T.DataType], int] = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}
 
 Fit = Literal["same", "cast", "widen", "reject"]
 

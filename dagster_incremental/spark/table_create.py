@@ -80,6 +80,7 @@ def create_as_select(
         schema = spark.table(table.sql).schema
         rows = spark.createDataFrame([], schema)
     else:
+        assert data_schema is not None, "a batch always has its data schema"
         schema, _ = creatable_schema(table, data_schema)
         rows = rows_to_insert(batch, helpers) if helpers else batch
         rows = rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
@@ -139,7 +140,7 @@ def table_clauses(spark: SparkSession, spec: WriteSpec, schema: T.StructType) ->
 
 def string_literal(spark: SparkSession, value: str) -> str:
     """A Spark SQL string literal, for DDL table properties only (DDL takes no parameters)."""
-    escaped_mode = spark.conf.get("spark.sql.parser.escapedStringLiterals", "false").lower() == "true"
+    escaped_mode = str(spark.conf.get("spark.sql.parser.escapedStringLiterals", "false")).lower() == "true"
     if escaped_mode:
         if "'" in value or "\\" in value:
             raise IncrementalConfigError(

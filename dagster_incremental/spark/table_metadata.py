@@ -224,7 +224,7 @@ class TableMetadata:
         """(operation, summary) of each commit after `snapshot_id` (None: every commit since the
         table was created), newest first; None when that snapshot is not an ancestor of the
         current one (rolled back, expired, replaced) or the history is cut (expired parents)."""
-        commits = []
+        commits: list[tuple[str, dict[str, str]]] = []
         for snapshot in self.lineage():
             if snapshot["snapshot-id"] == snapshot_id:
                 return commits

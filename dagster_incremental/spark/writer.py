@@ -162,10 +162,11 @@ class TableWriter:
         (the table's schema, the batch aligned to it)."""
         spark, table = self.spark, pending.table
         if not exists:
+            assert data_schema is not None, "a table is created only from a batch"
             schema, _ = creatable_schema(table, data_schema)
             create_table(spark, pending, schema)
         table_schema = spark.table(table.sql).schema
-        if batch is None:
+        if batch is None or data_schema is None:
             return table_schema, None
         plan = plan_schema_change(table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
         if not plan.is_empty:
