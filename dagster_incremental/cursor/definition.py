@@ -359,6 +359,14 @@ class CursorDefinition:
         return not isinstance(self.last_value_func, str)
 
     @property
+    def function(self) -> Callable[[Sequence[Any]], Any]:
+        """The user's last_value_func (only when is_callable)."""
+        func = self.last_value_func
+        if isinstance(func, str):
+            raise TypeError(f"last_value_func={func!r} is not a callable")
+        return func
+
+    @property
     def direction(self) -> LastValueFunc:
         """ "max" or "min"; a callable counts as "max" for row_order purposes."""
         return self.last_value_func if isinstance(self.last_value_func, str) else "max"

@@ -234,20 +234,21 @@ class IncrementalRun(Incremental):
         if spec.lag is not None and self.cursor_type is not None:
             floor = self._initial if self._initial is not None else self._state_initial
             if spec.is_callable:
-                start = self._lagged_public(start, floor)
+                start = self._lagged_public(start, floor, self.cursor_type, spec.lag)
             else:
                 start = cv.apply_lag(start, spec.lag, self.cursor_type, spec.direction, floor)
         return start, start == self._state_last
 
-    def _lagged_public(self, value: Any, floor: Any) -> Any:
+    def _lagged_public(self, value: Any, floor: Any, ctype: str, lag: float | str) -> Any:
         """lag for a callable last_value_func, whose values are public: moved back in the
         values' own order (a callable counts as "max", as for row_order), not below `floor`."""
-        ctype = self.cursor_type
         error = self.spec.lag_error(ctype)
         if error is not None:
             raise error
         keys = [cv.to_key(v, ctype, self.spec.formats) if v is not None else None for v in (value, floor)]
-        return cv.key_to_public(cv.apply_lag(keys[0], self.spec.lag, ctype, "max", keys[1]), ctype)
+        if keys[0] is None:
+            return None
+        return cv.key_to_public(cv.apply_lag(keys[0], lag, ctype, "max", keys[1]), ctype)
 
     def _clamp_to_window(
         self, window: tuple[Any, Any], start: Any, start_open: bool, end_key: Any, end_closed: bool, from_state: bool
@@ -383,7 +384,7 @@ class IncrementalRun(Incremental):
         ):
             last = self._state_last  # lag or a window never move the state backwards
         elif spec.is_callable and spec.lag is not None and last is not None and self._state_last is not None:
-            last = spec.last_value_func((last, self._state_last))  # nor does lag with a callable
+            last = spec.function((last, self._state_last))  # nor does lag with a callable
         initial = self._state_initial if self._state_initial is not None else self._initial
         boundary = self._cursor.boundary
         stored = None

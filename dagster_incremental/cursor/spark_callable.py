@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.boundary import Boundary
@@ -80,7 +80,7 @@ def row_classes(col: Column, func: Callable, ctype: str | None, formats: tuple[s
         return pd.Series([classify(func, p, *bounds) for p in publics], dtype="int32")
 
     _classes.__annotations__ = {"values": pd.Series, "return": pd.Series}  # real classes, not strings
-    return pandas_udf(_classes, "int")(col)
+    return cast(Any, pandas_udf)(_classes, "int")(col)
 
 
 def not_beyond(col: Column, func: Callable, ctype: str | None, formats: tuple[str, ...], last: Any) -> Column:
@@ -94,7 +94,7 @@ def not_beyond(col: Column, func: Callable, ctype: str | None, formats: tuple[st
         return pd.Series([p is None or p is _Bad or func((p, last)) == last for p in publics], dtype=bool)
 
     _pinned.__annotations__ = {"values": pd.Series, "return": pd.Series}
-    return pandas_udf(_pinned, "boolean")(col)
+    return cast(Any, pandas_udf)(_pinned, "boolean")(col)  # pandas has no stubs: no overload matches
 
 
 def partial_lasts(df: DataFrame, col: Column, func: Callable, ctype: str | None, formats: tuple[str, ...]) -> list[Any]:

@@ -228,19 +228,19 @@ def _filter_callable(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> Da
         detected = _detect(dtype, df, col)
         if detected is not None:
             run.adopt_type(detected, None, "the Spark frame")
-    func, ctype, formats = spec.last_value_func, run.cursor_type, spec.formats
+    func, ctype, formats = spec.function, run.cursor_type, spec.formats
     bounds = (inputs.start, inputs.start_open, inputs.end, inputs.end_closed)
     cls = sc.row_classes(col, func, ctype, formats, bounds)
     marked = df.withColumn("__di_class", cls)
     kind = F.col("__di_class")
     flags = marked.select(*(F.max((kind == c).cast("int")).alias(name) for c, name in
-                            ((sc.BELOW, "below"), (sc.BEYOND, "beyond"), (sc.BAD, "bad"), (sc.NULL, "nulls")))).first()
+                            ((sc.BELOW, "below"), (sc.BEYOND, "beyond"), (sc.BAD, "bad"), (sc.NULL, "nulls")))).head(1)[0]
     if flags["bad"]:
-        sample = marked.where(kind == sc.BAD).drop("__di_class").first().asDict(recursive=True)
+        sample = marked.where(kind == sc.BAD).drop("__di_class").head(1)[0].asDict(recursive=True)
         raise run.type_error(_get(sample, spec.path.parts), sample, "the Spark frame",
                              cv.no_format_matches(formats) if formats else f"it is not a {ctype} value")
     if flags["nulls"] and inputs.on_missing == "raise":
-        sample = marked.where(kind == sc.NULL).drop("__di_class").first().asDict()
+        sample = marked.where(kind == sc.NULL).drop("__di_class").head(1)[0].asDict()
         raise run.missing_error(sample, False, f"a row of the Spark frame (column {spec.path.column!r})")
     in_range = kind.isin(sc.IN_RANGE, sc.AT_START)
     start_set = inputs.start_set

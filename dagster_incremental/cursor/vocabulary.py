@@ -13,6 +13,7 @@ CursorType = Literal["timestamp", "date", "number", "string", "epoch_seconds", "
 LastValueFunc = Literal["max", "min"]  # a callable(sequence) -> value is the other kind
 OnCursorValueMissing = Literal["raise", "include", "exclude"]
 RowOrder = Literal["asc", "desc"]  # None: rows come in any order
+RunMode = Literal["incremental", "backfill"]  # a run that moves the cursor, or one that loads a window
 RangeBound = Literal["closed", "open"]  # range_start (default "closed") and range_end ("open")
 
 CURSOR_TYPES: tuple[CursorType, ...] = get_args(CursorType)

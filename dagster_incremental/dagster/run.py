@@ -22,6 +22,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
 from dagster_incremental.cursor.spec import IncrementalSpec, incremental
 from dagster_incremental.cursor.state import AssetState
+from dagster_incremental.cursor.vocabulary import RunMode
 from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
@@ -78,7 +79,7 @@ def load_run_secrets(settings: AssetSettings, func, reserved: Mapping[str, str] 
 class Plan:
     """How this run binds its cursors and writes (derived from partitions and run config)."""
 
-    mode: str  # "incremental" | "backfill"
+    mode: RunMode
     scope: str | None = None  # partition key whose cursor this run advances
     window: tuple[Any, Any] | None = None
     window_replace: bool = False

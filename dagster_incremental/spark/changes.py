@@ -16,6 +16,7 @@ Every row carries `_change_type`: "INSERT" (a new row, or the new version of an 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,12 +141,12 @@ def _position_deleted(spark, start, delete_files: Sequence[tuple[str, str]]):
     `_file` and `_pos` (only those delete files are read)."""
     from pyspark.sql import functions as F
 
-    positions = None
-    for file_format in sorted({fmt for _, fmt in delete_files}):
-        paths = [path for path, fmt in delete_files if fmt == file_format]
-        part = spark.read.format(file_format).load(paths).select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
-        positions = part if positions is None else positions.unionByName(part)
-    positions = positions.distinct()
+    parts = [
+        spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
+        .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
+        for file_format in sorted({fmt for _, fmt in delete_files})
+    ]
+    positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
     files = [r[0] for r in positions.select(_FILE).distinct().collect()]
     if not files:
         return start.select(*start.columns, _FILE, _POS).limit(0)

@@ -186,7 +186,7 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
     strip the outer one; a nested call with the same properties just runs `fn`, one with other
     properties raises instead of committing without a cursor.
     """
-    jvm = spark.sparkContext._jvm
+    jvm = _jvm(spark)
     props = {k: str(v) for k, v in properties.items()}
     current = _thread_properties(jvm)
     if current:

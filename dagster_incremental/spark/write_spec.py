@@ -16,6 +16,7 @@ from dagster_incremental.settings.vocabulary import (
     SortOrder,
     matches_on_primary_key,
 )
+from dagster_incremental.cursor.vocabulary import RunMode
 from dagster_incremental.spark.table_ref import TableRef
 
 # Columns a prepared batch carries for the write and never stores (reserved in user data).
@@ -121,7 +122,7 @@ class IncrementalBatch:
     spec: WriteSpec
     data: Any
     commit: CommitInfo
-    mode: Literal["incremental", "backfill"] = "incremental"
+    mode: RunMode = "incremental"
     window: WindowReplace | None = None  # replace exactly this window (partition runs, backfills)
     full_refresh: bool = False
     run_started_at: Any = None  # datetime; scd2's default boundary
