@@ -62,3 +62,12 @@ def test_the_package_ships_py_typed():
     assert (ROOT / "dagster_incremental" / "py.typed").is_file()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["dagster_incremental"]
+
+
+def test_the_package_type_checks_clean(tmp_path):
+    """pyproject's [tool.mypy] over the whole package: a new error fails the suite."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / ".mypy_cache"), "dagster_incremental"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0 and "Success: no issues found" in proc.stdout, proc.stdout + proc.stderr
