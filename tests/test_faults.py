@@ -124,10 +124,12 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from pyspark.sql.readwriter import DataFrameWriterV2
 
+        from dagster_incremental.spark.local import merge as local_merge
         from dagster_incremental.spark.local.append import LocalAppend
 
         monkeypatch.setattr(spark_commit, "with_commit_properties", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit
+        monkeypatch.setattr(local_merge, "_commit", refuse_append)  # local keyed merge: one RowDelta
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
     elif point == "after-commit":
