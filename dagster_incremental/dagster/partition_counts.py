@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, time, timezone
 from typing import Any
 
+import dagster as dg
+
+from dagster_incremental.dagster import metadata as md
 from dagster_incremental.spark.write_spec import WriteResult, WriteSpec
 
 Window = tuple[Any, Any]  # [start, end) of the window column; None: unbounded
@@ -46,6 +49,45 @@ class Figures:
 
     def __add__(self, other: Figures) -> Figures:
         return Figures(self.inserted + other.inserted, self.updated + other.updated, self.deleted + other.deleted)
+
+
+def partition_metadata(
+    io: Any, partitions_def: Any, column: str | None, keys: Sequence[str], commits: Sequence[RangeCommit]
+) -> dict[str, dict[str, Any]]:
+    """Per partition of a run: its window, its own row figures and what they count. Without a
+    plain window `column` the figures cannot be split: the run's totals stand, said plainly."""
+    if len(keys) == 1:  # the run's own figures (the Output's) are this partition's
+        return {keys[0]: {md.COUNTS_SCOPE: dg.MetadataValue.text(_counts_scope(keys, 1, own=True))}}
+    windows = partition_windows(partitions_def, keys)
+    if column is None:
+        scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=False))
+        return {key: {md.WINDOW: md.window_value(windows[key]), md.COUNTS_SCOPE: scope} for key in keys}
+    figures = partition_figures(io, column, windows, commits)
+    scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=True))
+    return {
+        key: {
+            md.WINDOW: md.window_value(windows[key]),
+            md.ROWS_INSERTED: dg.MetadataValue.int(figures[key].inserted),
+            md.ROWS_UPDATED: dg.MetadataValue.int(figures[key].updated),
+            md.ROWS_DELETED: dg.MetadataValue.int(figures[key].deleted),
+            md.COUNTS_SCOPE: scope,
+        }
+        for key in keys
+    }
+
+
+def _counts_scope(keys: Sequence[str], commits: int, own: bool) -> str:
+    """Says what the row figures of a partition's materialization count."""
+    table = "dagster/row_count is the whole table's row count"
+    if len(keys) == 1:
+        return f"rows_inserted/rows_updated/rows_deleted are this partition's; {table}"
+    run = f"a run over {keys[0]}...{keys[-1]} ({len(keys)} partitions, {commits} commit{'s' if commits != 1 else ''})"
+    if own:
+        return f"rows_inserted/rows_updated/rows_deleted are this partition's own, in {run}; {table}"
+    return (
+        f"rows_inserted/rows_updated/rows_deleted are for the whole range of {run}, not this partition "
+        f"alone (its cursor is not a plain column to split them by); {table}"
+    )
 
 
 def partition_windows(partitions_def: Any, keys: Sequence[str]) -> dict[str, Window]:

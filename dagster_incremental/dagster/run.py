@@ -1,14 +1,19 @@
-"""One materialization of an incremental asset, from cursor to commit.
+"""One materialization of an incremental asset, from cursor to commit: one run loop.
 
 Plan the mode (incremental, backfill, full refresh), resolve the cursor in force (Dagster
-metadata reconciled with the table commit), bind the specs, call the function, filter and stage
-what it yields, and hand the batch to the IO manager, which commits rows and cursor together.
-A long range with `step` runs as slices (slices.py); the asset checks follow the commit.
+metadata reconciled with the table commit), bind the specs, then run the slices: the range cut
+by the cursor's `step` (slices.py), or one slice for the whole run. Each slice calls the
+function, filters and stages what it yields, and commits rows and cursor together. The one
+slice of a single-partition or unpartitioned run is committed by the IO manager as it stores
+the Output; several slices, or a run over several partitions, are committed here (each
+partition's figures are read from the commits, and Dagster takes them only before the Output
+is stored). The asset checks follow the commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,30 +22,28 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.dagster import checks, config_use
-from dagster_incremental.dagster import metadata as md
-from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
-from dagster_incremental.cursor.spec import IncrementalSpec, incremental
+from dagster_incremental.cursor.spec import IncrementalSpec
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.cursor.vocabulary import RunMode
+from dagster_incremental.dagster import checks, config_use
+from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
+from dagster_incremental.dagster.io_manager import write_spec_from_settings
+from dagster_incremental.dagster.metadata import result_metadata
 from dagster_incremental.dagster.masking import Redactor
-from dagster_incremental.settings.secrets import Secrets, function_arguments
-from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
-from dagster_incremental.spark.local.stage import stage_batches
+from dagster_incremental.dagster.partition_counts import RangeCommit, Window, partition_metadata
 from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan
-from dagster_incremental.dagster.partition_counts import RangeCommit, partition_figures, partition_windows
-from dagster_incremental.dagster.slices import SlicedRun, plan_slices, sliced_argument
-from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sub_window
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
-from dagster_incremental.spark.write_spec import (
-    CommitInfo,
-    IncrementalBatch,
-    WindowReplace,
-    WriteSpec,
-)
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
+from dagster_incremental.settings.secrets import Secrets, function_arguments
+from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
+from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.local.stage import stage_batches
+from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
-from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
+Runs = Mapping[str, Any]  # incremental argument -> its IncrementalRun
 
 
 class IncrementalRunConfig(dg.Config):
@@ -52,7 +55,6 @@ class IncrementalRunConfig(dg.Config):
     initial_value: str | None = None  # with end_value: the start of a stateless backfill
     end_value: str | None = None  # a stateless backfill of [initial_value, end_value)
     full_refresh: bool = False  # reset the cursor to initial_value and replace the table
-
 
 
 def load_run_secrets(settings: AssetSettings, func, reserved: Mapping[str, str] | None = None, *,
@@ -81,7 +83,7 @@ class Plan:
 
     mode: RunMode
     scope: str | None = None  # partition key whose cursor this run advances
-    window: tuple[Any, Any] | None = None
+    window: Window | None = None
     window_replace: bool = False
     full_refresh: bool = False  # replace the whole table (unpartitioned full refresh)
     restart: bool = False  # ignore the stored cursor: start from initial_value (full refresh)
@@ -89,6 +91,65 @@ class Plan:
     overrides: dict[str, Any] = field(default_factory=dict)  # initial_value / end_value from run config
     last_run: datetime | None = None  # when the run whose cursor this one continues committed
     rows_of: tuple[str, str] | None = None  # (column, tenant): the only rows a tenant's run may touch
+
+
+def plan_of(context: dg.AssetExecutionContext, config: IncrementalRunConfig, settings: AssetSettings) -> Plan:
+    """The run's mode from its partitions and run config."""
+    if _partitioned(context) and settings.tenants is not None:
+        asset = context.asset_key.to_user_string()
+        return Plan(**tenant_plan(asset, settings.tenants, context, config, settings.disposition))
+    if _partitioned(context):
+        if config.end_value or config.initial_value:
+            raise dg.Failure(
+                "initial_value/end_value run config is for unpartitioned assets; "
+                "launch a backfill of partitions instead"
+            )
+        tw = context.partition_time_window
+        keys = context.partition_keys
+        if len(keys) == 1 and tw.end > datetime.now(timezone.utc):
+            # The open window. A full refresh of it is its first run again: the window replaced
+            # and its cursor restarted.
+            return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end), restart=config.full_refresh)
+        return Plan(mode="backfill", window=(tw.start, tw.end), window_replace=True, stateless=True)
+    if config.full_refresh:
+        return Plan(mode="incremental", full_refresh=True, restart=True)
+    if config.end_value is not None:
+        overrides = {"end_value": config.end_value}
+        if config.initial_value is not None:
+            overrides["initial_value"] = config.initial_value
+        return Plan(mode="backfill", window_replace=True, stateless=True, overrides=overrides)
+    if config.initial_value is not None:
+        raise dg.Failure("initial_value in run config needs end_value too (a backfill of [initial_value, end_value))")
+    return Plan(mode="incremental")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one materialization carries from its plan to its Output."""
+
+    context: dg.AssetExecutionContext
+    io: Any  # the SparkTableIOManager
+    plan: Plan
+    stored: Mapping[str | None, StoredState]  # the cursor in force per scope (see Runner._stored_states)
+    spec: WriteSpec
+    started: datetime
+    secret_kwargs: Mapping[str, Any]
+    redactor: Redactor
+    changes: Mapping[str, Any] = field(default_factory=dict)  # each `Changes` parameter's read
+
+    @property
+    def asset(self) -> str:
+        return self.context.asset_key.to_user_string()
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """One slice loaded: its bound runs, the cursor it leaves (None: a backfill leaves none)
+    and the batch that commits its rows with that cursor."""
+
+    runs: Runs
+    state: AssetState | None
+    batch: IncrementalBatch
 
 
 class Runner:
@@ -118,159 +179,164 @@ class Runner:
         # The IO manager stores the output before this generator resumes: the checks see the
         # table as this run committed it.
         yield output
-        io = getattr(context.resources, self.io_manager_key)
-        yield from checks.evaluate_checks(context, io, self.settings, written, state)
+        yield from checks.evaluate_checks(context, self._io(context), self.settings, written, state)
 
     def _run(self, context, config: IncrementalRunConfig, secret_kwargs: Mapping[str, Any], redactor: Redactor):
+        """Plan, find the cursor in force, bind, then run the slices. Returns the Output, the
+        state it reports and the run's whole write without rows (what the asset checks read)."""
         started = datetime.now(timezone.utc)
         for warning in self.settings.warnings():
             context.log.warning(warning)
-        io = getattr(context.resources, self.io_manager_key)
-        plan = self._plan(context, config)
-        stored, table_snapshot = self._stored_states(context, io, plan)
+        io = self._io(context)
+        plan = plan_of(context, config, self.settings)
+        stored, expected = self._stored_states(context, io, plan)
         plan.last_run = _last_run(stored.get(plan.scope))
         if plan.scope is not None and stored[plan.scope].state is None:
             # The open window's first run loads the whole window: replace what a backfill may
             # already have put there instead of adding to it.
             plan.window_replace = True
-        spec = self.write_spec(io, context.asset_key)
-        with user_errors(context.asset_key.to_user_string(), redactor):
+        run = _Run(context, io, plan, stored, self.write_spec(io, context.asset_key), started, secret_kwargs, redactor)
+        with user_errors(run.asset, redactor):
             self._check_table_kept(context, io, stored, plan)
             in_force = self._state_in_force(context, stored, plan)
             self._check_write_keys(in_force, plan)
-            runs = self.bind(context, plan, in_force)
-            changes = self.upstream.read(context, io, self._unchanged_state(stored, plan.scope), plan.restart) if self.upstream else {}
-            slices = plan_slices(runs, self.sliced)
-            if slices is None:
-                frame, staged = self.load(context, io, runs, spec, {**secret_kwargs, **changes}, plan.rows_of)
-        if slices is not None:
-            return SlicedRun(self, context, io, plan, stored, spec, started).run(
-                runs, slices, in_force, table_snapshot, secret_kwargs, redactor
-            )
-        state = self.state_after(runs, plan, stored)
-        if plan.mode == "incremental":
-            state = self.upstream.record(state, changes, bool(runs))
-        batch = self.batch_for(
-            context, plan, spec, frame, staged, state, table_snapshot, started, self.window_replace(plan, runs)
-        )
-        window = self.loaded_window(runs, plan)
-        if _ranged(context):
-            return self._commit_range(context, io, batch, plan, stored, state, window), state, batch
-        return self.output(context, batch, plan, stored, state, window), state, batch
+            whole = self.bind(context, plan, in_force)
+            if self.upstream:
+                changes = self.upstream.read(context, io, _unchanged_state(stored, plan.scope), plan.restart)
+                run = dataclasses.replace(run, changes=changes)
+            windows = slice_windows(whole, self.sliced, plan.window)
+        return self._run_slices(run, whole, windows, in_force, expected)
 
-    def _commit_range(self, context, io, batch: IncrementalBatch, plan: Plan, stored, state, window) -> dg.Output:
-        """Commit a range run's batch here, not in the IO manager: each partition's figures
-        are read from the commit, and Dagster takes them only before the Output is handled."""
-        from dagster_incremental.dagster.metadata import result_metadata
+    def _run_slices(self, run: _Run, whole: Runs, windows: list[Window], in_force: AssetState, expected: int | None):
+        """Load and commit each slice in order, each expecting the snapshot the one before left.
+        A lone slice the IO manager can commit is handed to it as the Output's value."""
+        commits = Commits(len(windows), self.sliced)
+        for index in range(1, len(windows) + 1):
+            try:
+                done = self._slice(run, whole, in_force, windows, index, expected)
+                if len(windows) == 1 and not _ranged(run.context):
+                    return self._handed_over(run, whole, done)
+                result, expected = _commit(run, done.batch)
+            except BaseException:
+                commits.failed(run.context.log)
+                raise
+            commits.add(RangeCommit(windows[index - 1], done.batch.spec, result), done.runs, run.context.log)
+            if done.state is not None:  # an incremental run: the next slice continues from here
+                in_force = done.state
+        replace = self.window_replace(run.plan, whole)
+        written = self._batch(run, run.plan, run.spec, None, done.batch.deduplicated, done.state, expected, replace)
+        return self._committed(run, whole, done.state, commits), self._reported(run, done.state), written
 
-        try:
-            result, _ = io.commit_batch(batch, context.asset_key, context.log)
-        finally:
-            if isinstance(batch.data, LocalRows):
-                batch.data.close()
-        extra = result_metadata(batch.spec.table, result, batch.column_descriptions)
-        commits = [RangeCommit(tuple(plan.window or window), batch.spec, result)]
-        return self.output(context, None, plan, stored, state, window, extra, commits)
+    def _slice(self, run: _Run, whole: Runs, in_force: AssetState, windows: list[Window], index: int,
+               expected: int | None) -> _Slice:
+        """Bind slice `index` (a lone slice keeps the run's own binding), call the function,
+        filter and stage its rows; the batch carries the cursor after them."""
+        window, count = windows[index - 1], len(windows)
+        with user_errors(run.asset, run.redactor):
+            runs = whole if self.sliced is None or count == 1 else self.bind(
+                run.context, run.plan, in_force, {self.sliced: window})
+            frame, deduplicated = self.load(run, runs)
+        # after the load: a cursor type read from the rows gives the window its bounds' type
+        part = sub_window(self.window_replace(run.plan, whole), window, index, count)
+        state = self._state_after(run.plan, runs, whole)
+        plan, spec = _write_for(run.plan, run.spec, index, part)
+        return _Slice(runs, state, self._batch(run, plan, spec, frame, deduplicated, state, expected, part))
 
-    def load(self, context, io, runs: Mapping[str, Any], spec: WriteSpec, secret_kwargs: Mapping[str, Any],
-             rows_of: tuple[str, str] | None = None):
-        """Call the function, filter and stage what it gives: (the writer's data, the staged batch).
-        A tenant's run (`rows_of`) is refused rows of another tenant."""
-        output = self._call(context, runs, secret_kwargs)
+    def load(self, run: _Run, runs: Runs) -> tuple[Any, bool]:
+        """Call the function, filter and stage what it gives: (the writer's data, deduplicated)."""
+        output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
+        io, spec = run.io, run.spec
         staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background)
         frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
-        check_rows(context.asset_key.to_user_string(), frame, rows_of)
-        return frame, staged
+        check_rows(run.asset, frame, run.plan.rows_of)  # a tenant's run is refused another tenant's rows
+        return frame, staged.deduplicated
 
-    def batch_for(self, context, plan: Plan, spec: WriteSpec, frame, staged, state, expected_snapshot, started,
-               window: WindowReplace | None) -> IncrementalBatch:
-        """What the IO manager commits: the rows and, on an incremental run, the cursor after them."""
+    def _state_after(self, plan: Plan, runs: Runs, whole: Runs) -> AssetState | None:
+        """The cursor a slice leaves (None: a backfill leaves none): last_value the newest value
+        loaded so far (a slice without rows leaves it where it was), begun where the run began."""
+        if plan.mode == "backfill":
+            return None
+        cursors = {name: run.cursor_state for name, run in runs.items()}
+        name = self.sliced
+        begun = whole[name].cursor_state if name is not None else None
+        if name is not None and begun is not None and cursors[name] is not None:
+            cursors[name] = dataclasses.replace(cursors[name], start_value=begun.start_value)
+        return AssetState.of(cursors, self._write_keys())
+
+    def _batch(self, run: _Run, plan: Plan, spec: WriteSpec, frame: Any, deduplicated: bool,
+               state: AssetState | None, expected_snapshot: int | None, window: WindowReplace | None) -> IncrementalBatch:
+        """What the IO manager commits: the rows and, on an incremental run, the cursor after them
+        (as stored: the commit's properties hold its JSON)."""
         return IncrementalBatch(
             spec=spec,
             data=frame,
             commit=CommitInfo(
-                state=state if plan.mode == "incremental" else None,
-                run_id=context.run_id,
+                state=self._stored_form(run, state),
+                run_id=run.context.run_id,
                 scope=plan.scope,
             ),
             mode=plan.mode,
             window=window,
             full_refresh=plan.full_refresh,
-            run_started_at=started,
+            run_started_at=run.started,
             check_stale=plan.mode == "incremental",
             expected_snapshot_id=expected_snapshot,
-            deduplicated=staged.deduplicated,
+            deduplicated=deduplicated,
             column_descriptions=self.settings.column_descriptions,
         )
 
-    def output(self, context, value: Any, plan: Plan, stored, state, window, extra: Mapping[str, Any] | None = None,
+    # -- the Output ----------------------------------------------------------------------------
+
+    def _handed_over(self, run: _Run, whole: Runs, done: _Slice):
+        """A lone slice's batch as the Output's value: the IO manager commits it."""
+        reported = self._reported(run, done.state)
+        window = self._loaded_window(run.plan, whole, done.state, sliced=False)
+        return self.output(run, done.batch, reported, window), reported, done.batch
+
+    def _committed(self, run: _Run, whole: Runs, state: AssetState | None, commits: Commits) -> dg.Output:
+        """The Output of a run whose slices are committed: no value, the run's totals."""
+        extra = result_metadata(run.spec.table, commits.total(), self.settings.column_descriptions)
+        if commits.planned > 1:
+            extra = {md.SLICES: dg.MetadataValue.json([len(commits.made), commits.planned]), **extra}
+        window = self._loaded_window(run.plan, whole, state, sliced=commits.planned > 1)
+        return self.output(run, None, self._reported(run, state), window, extra, commits.made)
+
+    def _loaded_window(self, plan: Plan, whole: Runs, state: AssetState | None, sliced: bool) -> list[Any]:
+        """The window a run reports: a backfill's own; else from the start to the end, or to the
+        last value loaded (a sliced run: its cursor's after the last slice)."""
+        if not sliced or self.sliced is None:
+            lead = next(iter(whole.values()), None)
+            return _window_of(plan, lead, lead.last_value if lead is not None else None)
+        cursor = state.cursor(self.sliced) if state is not None else None
+        return _window_of(plan, whole[self.sliced], cursor.last_value if cursor is not None else None)
+
+    def _reported(self, run: _Run, state: AssetState | None) -> Any:
+        """The state the materialization shows: the cursor after the run, or (a backfill) the
+        one in force, unchanged."""
+        return self._stored_form(run, state) if state is not None else _unchanged_state(run.stored, run.plan.scope)
+
+    def _stored_form(self, run: _Run, state: AssetState | None) -> dict[str, Any] | None:
+        """The state as stored, with the upstream snapshots its `Changes` parameters read to."""
+        if state is None:
+            return None
+        return self.upstream.record(state.to_dict(), run.changes, bool(self.settings.cursors))
+
+    def output(self, run: _Run, value: Any, state: Any, window: list[Any], extra: Mapping[str, Any] | None = None,
                commits: Sequence[RangeCommit] = ()) -> dg.Output:
         """The Output with the run's metadata; a partition range gets it per partition, each
         partition with its own window and row figures (from `commits`, the range's commits)."""
+        context, plan = run.context, run.plan
         run_md = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}
-        if context.has_partition_key or context.has_partition_key_range:
-            keys = context.partition_keys
-            own = self._partition_metadata(context, keys, commits)
-            for key in keys:
-                kept = state if key == plan.scope else self._unchanged_state(stored, key)
-                context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept), **own[key]}, partition_key=key)
-            return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
-        return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
+        if not _partitioned(context):
+            return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
+        keys = context.partition_keys
+        own = partition_metadata(run.io, self.settings.partitions_def, self.settings.window_column, keys, commits)
+        for key in keys:
+            kept = state if key == plan.scope else _unchanged_state(run.stored, key)
+            context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept), **own[key]}, partition_key=key)
+        return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
 
-    def _partition_metadata(self, context, keys: Sequence[str], commits: Sequence[RangeCommit]) -> dict[str, dict]:
-        """Per partition of a range: its window, its own row figures and what they count. Without
-        a plain window column the figures cannot be split: the run's totals stand, said plainly."""
-        if len(keys) == 1:  # the run's own figures (the Output's) are this partition's
-            return {keys[0]: {md.COUNTS_SCOPE: dg.MetadataValue.text(_counts_scope(keys, 1, own=True))}}
-        windows = partition_windows(self.settings.partitions_def, keys)
-        column = self.settings.window_column
-        if column is None:
-            scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=False))
-            return {key: {md.WINDOW: md.window_value(windows[key]), md.COUNTS_SCOPE: scope} for key in keys}
-        figures = partition_figures(getattr(context.resources, self.io_manager_key), column, windows, commits)
-        scope = dg.MetadataValue.text(_counts_scope(keys, len(commits), own=True))
-        return {
-            key: {
-                md.WINDOW: md.window_value(windows[key]),
-                md.ROWS_INSERTED: dg.MetadataValue.int(figures[key].inserted),
-                md.ROWS_UPDATED: dg.MetadataValue.int(figures[key].updated),
-                md.ROWS_DELETED: dg.MetadataValue.int(figures[key].deleted),
-                md.COUNTS_SCOPE: scope,
-            }
-            for key in keys
-        }
-
-    # -- planning --------------------------------------------------------------------------------
-
-    def _plan(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig) -> Plan:
-        partitioned = context.has_partition_key or context.has_partition_key_range
-        if partitioned and self.settings.tenants is not None:
-            asset = context.asset_key.to_user_string()
-            return Plan(**tenant_plan(asset, self.settings.tenants, context, config, self.settings.disposition))
-        if partitioned:
-            if config.end_value or config.initial_value:
-                raise dg.Failure(
-                    "initial_value/end_value run config is for unpartitioned assets; "
-                    "launch a backfill of partitions instead"
-                )
-            tw = context.partition_time_window
-            keys = context.partition_keys
-            is_open = len(keys) == 1 and tw.end > datetime.now(timezone.utc)
-            if is_open:
-                # A full refresh of the open window is its first run again: the window replaced
-                # and its cursor restarted.
-                return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end), restart=config.full_refresh)
-            return Plan(mode="backfill", window=(tw.start, tw.end), window_replace=True, stateless=True)
-        if config.full_refresh:
-            return Plan(mode="incremental", full_refresh=True, restart=True)
-        if config.end_value is not None:
-            overrides = {"end_value": config.end_value}
-            if config.initial_value is not None:
-                overrides["initial_value"] = config.initial_value
-            return Plan(mode="backfill", window_replace=True, stateless=True, overrides=overrides)
-        if config.initial_value is not None:
-            raise dg.Failure("initial_value in run config needs end_value too (a backfill of [initial_value, end_value))")
-        return Plan(mode="incremental")
+    # -- the cursor in force -------------------------------------------------------------------
 
     def _stored_states(self, context, io, plan: Plan) -> tuple[dict[str | None, StoredState], int | None]:
         """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
@@ -309,10 +375,10 @@ class Runner:
             return stored if stored.state is not None else lost
         scope = plan.scope
         asset, table = context.asset_key.to_user_string(), io.table_name(context.asset_key).display
-        told = f"Dagster's cursor {self._cursor_text(lost.state)} (run {lost.run_id})"
+        told = f"Dagster's cursor {self._cursor_text(lost)} (run {lost.run_id})"
         if stored.state is not None:
             context.log.warning(
-                f"asset {asset}: table {table} holds cursor {self._cursor_text(stored.state)} (snapshot "
+                f"asset {asset}: table {table} holds cursor {self._cursor_text(stored)} (snapshot "
                 f"{stored.snapshot_id}), older than {told}: the table was rolled back or restored from an "
                 "older copy. This run resumes from the table's cursor and loads again the rows it lost."
             )
@@ -331,14 +397,14 @@ class Runner:
             return lost
         return stored
 
-    def _cursor_text(self, state: Mapping[str, Any] | None) -> str:
+    def _cursor_text(self, stored: StoredState) -> str:
         """A stored state's cursor value(s) as a message shows them (a malformed one as stored:
         the run reports that itself, with what to do)."""
         names = list(self.settings.cursors)
         try:
-            typed = AssetState.from_dict(state, names)
+            typed = stored.typed(names)
         except CursorStateMismatch:
-            return repr(state)
+            return repr(stored.state)
         values = {name: getattr(typed.cursor(name), "last_value", None) for name in names}
         return repr(next(iter(values.values()))) if len(values) == 1 else repr(values)
 
@@ -350,21 +416,19 @@ class Runner:
         if chosen is None or chosen.overrules is None or chosen.state is not None:
             return
         lost = chosen.overrules
-        table = io.table_name(context.asset_key).display
         raise TableCursorMissing(
-            f"table {table} holds no cursor of this asset (it was dropped, "
+            f"table {io.table_name(context.asset_key).display} holds no cursor of this asset (it was dropped, "
             f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
-            f"{self._cursor_text(lost.state)} committed by run {lost.run_id}. Nothing was written. To "
+            f"{self._cursor_text(lost)} committed by run {lost.run_id}. Nothing was written. To "
             f"reload everything from initial_value, {full_refresh_instructions(self.settings.name)} If the "
-            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back.",
-            asset=context.asset_key.to_user_string(), table=table, run_id=lost.run_id,
+            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back."
         )
 
     def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:
         """The stored state of the scope this run continues, read (and checked) as typed values."""
-        chosen = stored.get(plan.scope)
-        state = AssetState.from_dict(chosen.state if chosen else None, list(self.settings.cursors))
-        if chosen is not None and chosen.state is not None:
+        chosen = stored.get(plan.scope) or StoredState(state=None, source="none")
+        state = chosen.typed(list(self.settings.cursors))
+        if chosen.state is not None:
             only = state.cursor(None)
             context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
         return state
@@ -399,8 +463,6 @@ class Runner:
     def write_spec(self, io, asset_key: dg.AssetKey) -> WriteSpec:
         """The asset's own spec, also for a full refresh: the writer's full refresh writes the
         rows a first run would insert (deduplicated, no tombstones, scd2's columns)."""
-        from dagster_incremental.dagster.io_manager import write_spec_from_settings
-
         return write_spec_from_settings(io.table_name(asset_key), self.settings.write_settings())
 
     def window_replace(self, plan: Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
@@ -419,18 +481,14 @@ class Runner:
             return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
         return WindowReplace(column=column, start=start, end=end, rows_of=plan.rows_of)
 
-    # -- execution -------------------------------------------------------------------------------
-
-    def _call(self, context, runs: Mapping[str, Any], secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
+    def _call(self, context, runs: Runs, secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
         kwargs = {**secret_kwargs, **runs}
         if self.takes_context:
             return self.func(context, **kwargs)
         return self.func(**kwargs)
 
-    def state_after(self, runs: Mapping[str, Any], plan: Plan, stored) -> Any:
-        if plan.mode == "backfill":
-            return self._unchanged_state(stored, plan.scope)
-        return AssetState.of({name: run.cursor_state for name, run in runs.items()}, self._write_keys()).to_dict()
+    def _io(self, context) -> Any:
+        return getattr(context.resources, self.io_manager_key)
 
     def _write_keys(self) -> dict[str, Any]:
         s = self.settings
@@ -451,23 +509,6 @@ class Runner:
             f"the table was written with other keys than the asset now declares ({changed}); "
             f"to rebuild it with the new keys, {full_refresh_instructions(self.settings.name)}"
         )
-
-    @staticmethod
-    def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
-        """The state in force for `scope`, unchanged; None (shown as null) when there is none, not
-        an empty cursor that would read as a reset."""
-        entry = stored.get(scope)
-        return entry.state if entry is not None else None
-
-    @staticmethod
-    def loaded_window(runs: Mapping[str, Any], plan: Plan) -> list[Any]:
-        if plan.window is not None and plan.mode == "backfill":
-            return [plan.window[0], plan.window[1]]
-        run = next(iter(runs.values()), None)
-        if run is None:
-            return [None, None]
-        end = run.end_value if run.end_value is not None else run.last_value
-        return [run.start_value, end]
 
 
 @contextlib.contextmanager
@@ -492,20 +533,6 @@ def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Fa
     return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
 
 
-def _counts_scope(keys: Sequence[str], commits: int, own: bool) -> str:
-    """Says what the row figures of a partition's materialization count."""
-    table = "dagster/row_count is the whole table's row count"
-    if len(keys) == 1:
-        return f"rows_inserted/rows_updated/rows_deleted are this partition's; {table}"
-    run = f"a run over {keys[0]}...{keys[-1]} ({len(keys)} partitions, {commits} commit{'s' if commits != 1 else ''})"
-    if own:
-        return f"rows_inserted/rows_updated/rows_deleted are this partition's own, in {run}; {table}"
-    return (
-        f"rows_inserted/rows_updated/rows_deleted are for the whole range of {run}, not this partition "
-        f"alone (its cursor is not a plain column to split them by); {table}"
-    )
-
-
 def full_refresh_instructions(op_name: str) -> str:
     """How a user launches a full refresh of the asset, as error messages tell it."""
     return (
@@ -513,6 +540,10 @@ def full_refresh_instructions(op_name: str) -> str:
         "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
         "`dagster asset materialize ... --config-json` with the same."
     )
+
+
+def _partitioned(context) -> bool:
+    return context.has_partition_key or context.has_partition_key_range
 
 
 def _last_run(stored: StoredState | None) -> datetime | None:
@@ -525,7 +556,42 @@ def _last_run(stored: StoredState | None) -> datetime | None:
 
 def _ranged(context) -> bool:
     """A run over several partitions (one commit, or one per slice, for all of them)."""
-    return (context.has_partition_key or context.has_partition_key_range) and len(context.partition_keys) > 1
+    return _partitioned(context) and len(context.partition_keys) > 1
+
+
+def _commit(run: _Run, batch: IncrementalBatch) -> tuple[WriteResult, int | None]:
+    """Commit a batch now (as the IO manager's handle_output would); spilled rows are removed."""
+    try:
+        return run.io.commit_batch(batch, run.context.asset_key, run.context.log)
+    finally:
+        if isinstance(batch.data, LocalRows):
+            batch.data.close()
+
+
+def _write_for(plan: Plan, spec: WriteSpec, index: int, replace: WindowReplace | None) -> tuple[Plan, WriteSpec]:
+    """How slice `index` writes. A full refresh rebuilds the table with the first slice; the
+    later ones write as the asset does (a replace asset: they add, not replace again)."""
+    if index == 1 or replace is not None:
+        return plan, spec
+    if spec.disposition == "replace":
+        spec = dataclasses.replace(spec, disposition="append", strategy=None)
+    return dataclasses.replace(plan, full_refresh=False), spec
+
+
+def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
+    """The state in force for `scope`, unchanged as stored; None (shown as null) when there is
+    none, not an empty cursor that would read as a reset."""
+    entry = stored.get(scope)
+    return entry.state if entry is not None else None
+
+
+def _window_of(plan: Plan, lead: Any, last_value: Any) -> list[Any]:
+    """A backfill's window, else `lead`'s run from its start to its end or to `last_value`."""
+    if plan.window is not None and plan.mode == "backfill":
+        return [plan.window[0], plan.window[1]]
+    if lead is None:
+        return [None, None]
+    return [lead.start_value, lead.end_value if lead.end_value is not None else last_value]
 
 
 def _snapshot_id(committed: Any) -> int | None:

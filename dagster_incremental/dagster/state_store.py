@@ -16,12 +16,14 @@ Backfill materializations never count: they record the state that was in force, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from dagster_incremental.cursor.state import resumable, state_json
+from dagster_incremental.cursor.state import AssetState, resumable, state_json
 from dagster_incremental.dagster import metadata as md
+
 SCAN_LIMIT = 200  # materializations scanned back for the newest incremental one
 
 
@@ -29,13 +31,19 @@ SCAN_LIMIT = 200  # materializations scanned back for the newest incremental one
 class StoredState:
     """A cursor state and where it came from."""
 
-    state: dict[str, Any] | None
+    state: dict[str, Any] | None  # as stored (JSON); typed() reads it
     source: str  # "dagster", "table" or "none"
     run_id: str | None = None
     timestamp: float | None = None  # unix seconds
     snapshot_id: int | None = None  # source "table": the snapshot that holds the state
     row_count: int | None = None  # source "dagster": the table's rows the materialization reported
     overrules: StoredState | None = None  # a run's newer Dagster state the table did not confirm
+
+    def typed(self, names: Sequence[str]) -> AssetState:
+        """The state as typed values, for an asset whose incremental arguments are `names`
+        (raises CursorStateMismatch naming what is malformed). The stored JSON itself is what
+        reconcile compares and a backfill reports unchanged."""
+        return AssetState.from_dict(self.state, names)
 
 
 def latest_dagster_state(instance, asset_key, partition: str | None = None) -> StoredState | None:
