@@ -415,13 +415,14 @@ class Runner:
         chosen = stored.get(plan.scope)
         if chosen is None or chosen.overrules is None or chosen.state is not None:
             return
-        lost = chosen.overrules
+        lost, table = chosen.overrules, io.table_name(context.asset_key).display
         raise TableCursorMissing(
-            f"table {io.table_name(context.asset_key).display} holds no cursor of this asset (it was dropped, "
+            f"table {table} holds no cursor of this asset (it was dropped, "
             f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
             f"{self._cursor_text(lost)} committed by run {lost.run_id}. Nothing was written. To "
             f"reload everything from initial_value, {full_refresh_instructions(self.settings.name)} If the "
-            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back."
+            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back.",
+            asset=context.asset_key.to_user_string(), table=table, run_id=lost.run_id,
         )
 
     def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:
@@ -449,10 +450,10 @@ class Runner:
                     last_run=plan.last_run,
                 )
             except CursorStateMismatch as exc:
-                if "cursor_type" not in getattr(exc, "changed", ()):
+                if "cursor_type" not in exc.changed:
                     raise
                 origin = self.settings.cursor_origins.get(name, f"parameter {name!r}")
-                raise CursorStateMismatch(f"{exc} The new cursor type comes from {origin}.") from None
+                raise CursorStateMismatch(f"{exc} The new cursor type comes from {origin}.", changed=exc.changed) from None
             context.log.info(
                 f"{name}: {plan.mode} run of {spec.cursor_path} from {md.shown(run.start_value)}"
                 + (f" to {md.shown(run.end_value)}" if run.end_value is not None else "")
@@ -504,10 +505,12 @@ class Runner:
         now = self._write_keys()
         if plan.full_refresh or before is None or before == now:
             return
-        changed = ", ".join(f"{k} {before.get(k)!r} -> {now[k]!r}" for k in now if before.get(k) != now[k])
+        changed = [k for k in now if before.get(k) != now[k]]
+        said = ", ".join(f"{k} {before.get(k)!r} -> {now[k]!r}" for k in changed)
         raise CursorStateMismatch(
-            f"the table was written with other keys than the asset now declares ({changed}); "
-            f"to rebuild it with the new keys, {full_refresh_instructions(self.settings.name)}"
+            f"the table was written with other keys than the asset now declares ({said}); "
+            f"to rebuild it with the new keys, {full_refresh_instructions(self.settings.name)}",
+            changed=changed,
         )
 
 
