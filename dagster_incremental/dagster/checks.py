@@ -150,7 +150,8 @@ def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_
     table is still unique: checked from the snapshot
     lineage in the metadata files, with no Spark job. Anything else (appends, scd2, a merge_key, a
     window, another writer's commit, a catalog whose files are not readable here) is counted."""
-    keyed_merge = settings.disposition == "merge" and settings.strategy != "scd2" and matches_on_primary_key(settings.strategy, settings.merge_key)
+    keyed_merge = (settings.disposition == "merge" and settings.strategy != "scd2"
+                   and matches_on_primary_key(settings.strategy, settings.merge_key))
     if not keyed_merge or batch.window is not None or batch.full_refresh:
         return None
     last = _last_count(context.instance, check_key, base["scope"].value)
@@ -256,7 +257,5 @@ def _instant(last: Any, cursor_type: str | None) -> datetime | None:
     cursor_type = cursor_type or cv.detect_type(last)
     if last is None or cursor_type not in cv.TEMPORAL_TYPES:
         return None
-    key = cv.to_key(last, cursor_type)
-    assert isinstance(key, int), "a temporal cursor's key is its microseconds"
-    instant = cv.micros_to_datetime(key)
+    instant = cv.micros_to_datetime(cv.to_key(last, cursor_type))
     return instant + timedelta(days=1) if cursor_type == "date" else instant
