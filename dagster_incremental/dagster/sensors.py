@@ -19,6 +19,7 @@ import dagster as dg
 from dagster_incremental.cursor.state import AssetState, CursorState
 from dagster_incremental.cursor.values import detect_type, key_to_canonical, to_key
 from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.dagster.partition_scope import TenantPartitions, open_partition, tenant_keys
 from dagster_incremental.dagster.state_store import latest_dagster_state
 
 
@@ -70,8 +71,6 @@ def build_incremental_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext):
         if tenants is not None:
-            from dagster_incremental.dagster.tenant_sensor import tenant_requests
-
             return tenant_requests(context, key, tenants, partitions_def, call_probe,
                                    lambda hwm: _marks(hwm, names, cursor, key), names)
         marks = _marks(call_probe(), names, cursor, key)
@@ -217,3 +216,31 @@ def _probe_with_secrets(asset: dg.AssetsDefinition, probe: Callable[..., Any]) -
 
 def _not_beyond(source: Any, cursor: Any, last_value_func: str | None) -> bool:
     return source >= cursor if last_value_func == "min" else source <= cursor
+
+
+def tenant_requests(context: dg.SensorEvaluationContext, key: dg.AssetKey, tenants: TenantPartitions,
+                    partitions_def: Any, probe: Callable[..., Any], marks_of: Callable[[Any], Mapping[str | None, Any]],
+                    names: tuple[str, ...]) -> dg.SkipReason | dg.SensorResult:
+    """One request per tenant ahead of its cursor; the sensor's cursor remembers, per tenant, the
+    high-water mark it last requested a run for."""
+    requested: dict[str, str] = json.loads(context.cursor).get("requested", {}) if context.cursor else {}
+    if not isinstance(requested, dict):  # the cursor of a sensor built before the asset had tenants
+        requested = {}
+    requests, skipped = [], []
+    for tenant in tenant_keys(tenants, partitions_def):
+        marks = marks_of(probe(tenant=tenant))
+        if not marks:
+            skipped.append(f"{tenant}: the source is empty")
+            continue
+        partition = open_partition(tenants, partitions_def, tenant)
+        hwm_text, skip = ahead_of_cursor(context.instance, key, partition, marks, names)
+        if skip is None and requested.get(tenant) == hwm_text:
+            skip = f"a run for {hwm_text} was already requested"
+        if skip is not None:
+            skipped.append(f"{tenant}: {skip}")
+            continue
+        requests.append(run_request(key, partition, hwm_text))
+        requested[tenant] = hwm_text
+    if not requests:
+        return dg.SkipReason("; ".join(skipped))
+    return dg.SensorResult(run_requests=requests, cursor=json.dumps({"requested": requested}))
