@@ -257,5 +257,7 @@ def _instant(last: Any, cursor_type: str | None) -> datetime | None:
     cursor_type = cursor_type or cv.detect_type(last)
     if last is None or cursor_type not in cv.TEMPORAL_TYPES:
         return None
-    instant = cv.micros_to_datetime(cv.to_key(last, cursor_type))
+    key = cv.to_key(last, cursor_type)
+    assert isinstance(key, int), "a temporal cursor's key is its microseconds"
+    instant = cv.micros_to_datetime(key)
     return instant + timedelta(days=1) if cursor_type == "date" else instant
