@@ -131,7 +131,7 @@ class IncrementalBatch:
     # committed a cursor for the scope in between.
     check_stale: bool = False
     expected_snapshot_id: int | None = None
-    # `data` is already one row per primary key (deduplicated in Arrow by local_batch).
+    # `data` is already one row per primary key (deduplicated in Arrow by spark/local/dedup.py).
     deduplicated: bool = False
     column_descriptions: Mapping[str, str] = field(default_factory=dict)  # for the column schema
 

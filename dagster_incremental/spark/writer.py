@@ -101,7 +101,7 @@ class TableWriter:
 
         Schema changes (new columns, type promotions) are applied before the data commit; a
         batch that can't fit raises DataShapeError before anything changes. deduplicated: a
-        merge batch is already one non-NULL row per primary key (see local_batch).
+        merge batch is already one non-NULL row per primary key (see spark/local/dedup.py).
         guard: the cursor the run read; the data commit then happens only if the table still
         holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """

@@ -101,7 +101,7 @@ class Staged:
 
     Local rows stay in Arrow until the writer decides how to write them: the table writer can
     append them without a Spark job, and only converts them when Spark must read them (a MERGE).
-    `deduplicated`: local_batch already decided one row per primary key.
+    `deduplicated`: the local dedup already decided one row per primary key.
     """
 
     local: LocalRows | None = None
@@ -134,7 +134,7 @@ def stage_batches(
     """
     import pyarrow as pa
 
-    from dagster_incremental.spark.local import dedup as local_batch
+    from dagster_incremental.spark.local import dedup
     batches: Iterator[Any] = iterate_output(output, settings.name)
     if all(_top_level_cursor(run) for run in runs.values()):
         batches = (_page_as_arrow(b) if isinstance(b, list) else b for b in batches)
@@ -162,10 +162,10 @@ def stage_batches(
         return Staged(frames=tuple(frames))
     rows.finish()
     deduplicated = False
-    if not frames and local_batch.covers(spec, rows.column_names):
-        decisive = rows.columns(local_batch.decisive_columns(spec, rows.column_names))
+    if not frames and dedup.covers(spec, rows.column_names):
+        decisive = rows.columns(dedup.decisive_columns(spec, rows.column_names))
         try:
-            rows.keep, deduplicated = local_batch.survivors(decisive, spec), True
+            rows.keep, deduplicated = dedup.survivors(decisive, spec), True
         except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass  # a key type Arrow can't sort or group (e.g. a map): Spark's dedup does it
     # (the engine already pinned Spark sources to the last_value it computed)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.spark.local import dedup as local_batch
+from dagster_incremental.spark.local import dedup as local_dedup
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge import prepare_batch, table_columns
 from dagster_incremental.spark.table_ref import TableRef
@@ -67,7 +67,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string()), ("seq", pa.int6
 )
 def test_dedup_keeps_the_row_the_rules_pick(rows, keys, dedup, cursor):
     s = spec(primary_key=keys, dedup_sort=dedup, cursor_column=cursor)
-    out = local_batch.deduplicate(pa.Table.from_pylist(rows, schema=SCHEMA), s)
+    out = local_dedup.deduplicate(pa.Table.from_pylist(rows, schema=SCHEMA), s)
     assert out.to_pylist() == reference(rows, s)
 
 
@@ -85,25 +85,25 @@ def test_same_survivors_as_the_spark_path(spark):
         frame = spark.createDataFrame(table.to_pandas())
         prepared = prepare_batch(s, frame, run_started_at=T0)
         by_spark = sorted(r["v"] for r in prepared.select(*table_columns(prepared)).collect())
-        assert sorted(local_batch.deduplicate(table, s)["v"].to_pylist()) == by_spark
+        assert sorted(local_dedup.deduplicate(table, s)["v"].to_pylist()) == by_spark
 
 
 def test_null_key_is_named_with_a_sample_row():
     table = pa.Table.from_pylist([{"id": 1, "v": "a"}, {"id": None, "v": "oops"}])
     with pytest.raises(DataShapeError, match=r"1 row\(s\) have NULL in primary_key column 'id', e.g. .*oops"):
-        local_batch.deduplicate(table, spec())
+        local_dedup.deduplicate(table, spec())
 
 
 def test_covers_only_one_row_per_key_strategies():
     cols = ["id", "v", "seq"]
-    assert local_batch.covers(spec(), cols)
-    assert local_batch.covers(spec(strategy="delete-insert"), cols)
-    assert not local_batch.covers(spec(strategy="delete-insert", merge_key=("v",)), cols)
-    assert not local_batch.covers(spec(strategy="scd2"), cols)
-    assert not local_batch.covers(spec(primary_key=()), cols)
-    assert not local_batch.covers(spec(primary_key=("missing",)), cols)  # the Spark path reports it
-    assert not local_batch.covers(spec(dedup_sort=("seq", "up")), cols)
-    assert not local_batch.covers(spec(), [*cols, "__di_x"])
+    assert local_dedup.covers(spec(), cols)
+    assert local_dedup.covers(spec(strategy="delete-insert"), cols)
+    assert not local_dedup.covers(spec(strategy="delete-insert", merge_key=("v",)), cols)
+    assert not local_dedup.covers(spec(strategy="scd2"), cols)
+    assert not local_dedup.covers(spec(primary_key=()), cols)
+    assert not local_dedup.covers(spec(primary_key=("missing",)), cols)  # the Spark path reports it
+    assert not local_dedup.covers(spec(dedup_sort=("seq", "up")), cols)
+    assert not local_dedup.covers(spec(), [*cols, "__di_x"])
 
 
 def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark):
