@@ -8,8 +8,8 @@ local dicts) with `sys.setprofile`, following the batch: a call is on its path w
 the batch or something derived from it (see PathTrace). Every path call from one library module
 into ANOTHER is a step, except reading or building a value (a property, a dunder such as a
 dataclass's __init__) or resuming a generator; a step into a module the path had already entered is a re-entry (a return
-to the caller is not a step). Prints one JSON line: calls, modules, re-entries and the
-module sequence.
+to the caller is not a step). Prints one JSON line: calls, modules, re-entries (and how many modules they re-enter) and
+the module sequence.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class PathTrace:
             "calls": len(self.steps),
             "modules": len(seen),
             "reentries": len(reentries),
+            "modules_reentered": len({r.rsplit(".", 1)[0] for r in reentries}),
             "reentered": reentries,
             "sequence": [f"{a.removeprefix(PACKAGE + '.')} -> {b.removeprefix(PACKAGE + '.')}.{f}" for a, b, f in self.steps],
         }

@@ -21,9 +21,11 @@ cursor back."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import ipaddress
 import json
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -511,11 +513,12 @@ class PendingCommit:
             frame.writeTo(self.target.sql).options(**write_options(self.properties)).overwrite(F.lit(True))
 
     @contextmanager
-    def guarded(self, spark: SparkSession) -> Iterator[None]:
+    def guarded(self, spark: SparkSession, written: list[str] | None = None) -> Iterator[None]:
         """Around the data commit (also the local append's): conflicts as ConcurrentRunError;
         under a guard, the branch is taken first and published after (raises StaleCursor or
-        BaseMoved, nothing visible written)."""
-        with conflicts_as_concurrent_run(self.table):
+        BaseMoved, nothing visible written). `written`: the files the local path writes for
+        this commit, deleted if it does not happen (they would be nobody's)."""
+        with _removed_on_failure([] if written is None else written), conflicts_as_concurrent_run(self.table):
             if self.guard is None:
                 yield
                 return
@@ -527,6 +530,17 @@ class PendingCommit:
             except BaseException:
                 branch.abandon()
                 raise
+
+
+@contextmanager
+def _removed_on_failure(paths: list[str]) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        raise
 
 
 @contextmanager

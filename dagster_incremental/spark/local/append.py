@@ -19,7 +19,6 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,17 +229,3 @@ def _files_of(chunks: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
                 pending = next(chunks, None)
 
         yield group()
-
-
-@contextmanager
-def removed_on_failure(paths: list[str]) -> Iterator[None]:
-    """Files of a commit that did not happen are nobody's: delete them."""
-    try:
-        yield
-    except BaseException:
-        for path in paths:
-            try:
-                os.remove(path)
-            except OSError:
-                pass
-        raise

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dagster_incremental.spark.commit import PendingCommit
-from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
+from dagster_incremental.spark.local.append import LocalAppend
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_target
 from dagster_incremental.spark.schema_evolution import fit_table_to_rows
@@ -83,7 +83,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     updated = matched.num_rows - matched_dead
     counts = Counts(inserted=inserts.num_rows - updated, updated=updated, deleted=matched_dead)
     paths: list[str] = []
-    with removed_on_failure(paths), pending.guarded(spark):
+    with pending.guarded(spark, written=paths):
         data_files = target.write_files(LocalRows.of(inserts), pending.case_sensitive, paths) if inserts.num_rows else []
         deletes = _write_deletes(target, touched, paths)
         _commit(target, plan, data_files, deletes, touched, pending)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dagster_incremental.spark.commit import PendingCommit
-from dagster_incremental.spark.local.append import LocalAppend, removed_on_failure
+from dagster_incremental.spark.local.append import LocalAppend
 from dagster_incremental.spark.local.merge import merge_local
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.schema_evolution import creatable_schema, fit_table_to_rows, spark_schema_of_arrow
@@ -48,7 +48,7 @@ def _append(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteResult 
     if target is None:
         return None
     paths: list[str] = []
-    with removed_on_failure(paths), pending.guarded(spark):
+    with pending.guarded(spark, written=paths):
         data_files = target.write_files(rows, pending.case_sensitive, paths)
         target.commit(data_files, pending.properties, only_if_empty=first_load, branch=pending.branch or None)
     return commit_result(spark, pending, kind="summary")
