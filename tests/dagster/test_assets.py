@@ -7,14 +7,12 @@ the materialization metadata.
 
 from __future__ import annotations
 
-import json
-import uuid
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest
 
-from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
+from dagster_incremental import Incremental, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 
 pytestmark = pytest.mark.spark
@@ -24,24 +22,6 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 def iso(day: int, hour: int = 0) -> str:
     return (datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=day - 1, hours=hour)).isoformat().replace("+00:00", "Z")
-
-
-@pytest.fixture
-def namespace():
-    return "t_" + uuid.uuid4().hex[:8]
-
-
-@pytest.fixture
-def config_file(tmp_path, catalog, namespace):
-    path = tmp_path / "config.toml"
-    path.write_text(catalog.config_toml(namespace))
-    return str(path)
-
-
-@pytest.fixture
-def io_manager(spark, catalog, namespace):
-    """On each catalog kind (tests/catalogs.py): the Hadoop folder and a JDBC catalog."""
-    return catalog.io_manager(namespace)
 
 
 def table_rows(spark, io, key: str, order_by: str = "id") -> list[dict]:

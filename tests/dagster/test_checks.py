@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import textwrap
 import uuid
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest

@@ -3,7 +3,6 @@ failed (or killed) run keeps the slices before the failure and the next run cont
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

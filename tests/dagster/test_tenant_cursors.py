@@ -191,23 +191,6 @@ def test_a_run_over_several_tenants_fails_before_loading_anything(plain_config, 
 # -- runs (Spark) ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def namespace():
-    return "t_" + uuid.uuid4().hex[:8]
-
-
-@pytest.fixture
-def config_file(tmp_path, catalog, namespace):
-    path = tmp_path / "config.toml"
-    path.write_text(catalog.config_toml(namespace))
-    return str(path)
-
-
-@pytest.fixture
-def io_manager(spark, catalog, namespace):
-    return catalog.io_manager(namespace)
-
-
 def rows(spark, io, key: str) -> list[tuple]:
     frame = spark.table(io.table_name(dg.AssetKey(key)).sql)
     return sorted((r["tenant"], r["id"], r["amount"]) for r in frame.collect())

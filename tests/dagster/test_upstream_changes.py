@@ -8,7 +8,6 @@ is asserted on the input itself, not only on the downstream table.
 from __future__ import annotations
 
 import json
-import uuid
 
 import dagster as dg
 import pytest
@@ -19,23 +18,6 @@ from dagster_incremental import Changes, Incremental, changes_of, incremental, i
 pytestmark = pytest.mark.spark
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
-@pytest.fixture
-def namespace():
-    return "t_" + uuid.uuid4().hex[:8]
-
-
-@pytest.fixture
-def config_file(tmp_path, catalog, namespace):
-    path = tmp_path / "config.toml"
-    path.write_text(catalog.config_toml(namespace))
-    return str(path)
-
-
-@pytest.fixture
-def io_manager(spark, catalog, namespace):
-    return catalog.io_manager(namespace)
 
 
 def run(assets, instance, io, full_refresh: tuple[str, ...] = ()) -> dg.ExecuteInProcessResult:
