@@ -5,25 +5,16 @@ hard-delete tombstone is only left out of the insert."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
-from pyspark.sql import DataFrame
-
-from dagster_incremental.spark.merge.prepare import BatchRules, prepare_batch
 from dagster_incremental.spark.merge.sql import DELETED, Params, col, conj, insert_clause, keys_equal, merge, prune_condition
-from dagster_incremental.spark.merge.strategy import Prune, SqlMergeStrategy
+from dagster_incremental.spark.merge.strategy import Prune
+from dagster_incremental.spark.merge.upsert import Upsert
 from dagster_incremental.spark.write_spec import WriteSpec
 
 
-class InsertOnly(SqlMergeStrategy):
-    """The MergeStrategy "insert-only"."""
-
-    def prepare_batch(
-        self, spec: WriteSpec, batch: DataFrame, *, run_started_at: datetime, deduplicated: bool = False
-    ) -> DataFrame:
-        """One row per primary key, chosen as for upsert (a key new to the table gets that row)."""
-        rules = BatchRules(keys={"primary_key": spec.primary_key}, dedup_key=spec.primary_key)
-        return prepare_batch(spec, batch, rules, run_started_at=run_started_at, deduplicated=deduplicated)
+class InsertOnly(Upsert):
+    """The MergeStrategy "insert-only": upsert's batch (one row per primary key, a key new to
+    the table gets the row upsert would keep), its own statement."""
 
     def statement(self, spec, target, view, columns, prune, params, run_started_at) -> str:
         return statement(spec, target, view, columns, prune, params)
