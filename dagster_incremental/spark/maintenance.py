@@ -5,8 +5,8 @@
 # which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
 # pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging
 # earlier ones at write time), so once they reach COMPACT_AT_DELETED_SHARE of the table's rows
-# (and COMPACT_AT_DELETED_ROWS), or the table holds COMPACT_AT_DELETE_FILES delete files, the IO
-# manager folds them into the
+# (and COMPACT_AT_DELETED_ROWS), or COMPACT_AT_DELETE_FILES delete files have piled up (more of
+# them than data files: written by a partition-scoped writer), the IO manager folds them into the
 # data files (Iceberg's rewrite_data_files on the files that have deletes, then
 # rewrite_position_delete_files to drop the deletes left pointing at rewritten files): the
 # rewrite copy-on-write did on every run, done once per many runs. A compaction is
@@ -27,12 +27,17 @@ COMPACT_AT_DELETED_ROWS = 10_000  # below this, deletes cost readers next to not
 
 
 def needs_compaction(result: WriteResult) -> bool:
-    """Whether the table's delete files cost readers enough to fold them in now."""
+    """Whether the table's delete files cost readers enough to fold them in now.
+
+    The file count alone does not decide: one delete file per data file is what any scattered
+    change leaves on a large table, and compacting then would rewrite the whole table for a few
+    deleted rows; a reader pays per deleted row, and per file only where deletes pile up."""
     if not result.delete_files:
         return False
     share = result.position_deletes / max(result.row_count + result.position_deletes, 1)
     many_rows = result.position_deletes >= COMPACT_AT_DELETED_ROWS and share >= COMPACT_AT_DELETED_SHARE
-    return many_rows or result.delete_files >= COMPACT_AT_DELETE_FILES
+    piled_up = result.delete_files >= COMPACT_AT_DELETE_FILES and result.delete_files > result.data_files
+    return many_rows or piled_up
 
 
 def compact(spark: SparkSession, table: TableRef) -> dict[str, Any]:

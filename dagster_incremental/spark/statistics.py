@@ -82,6 +82,7 @@ def commit_result(
         snapshot_id=snapshot.snapshot_id,
         schema=_schema(spark, commit.table),
         delete_files=_int(summary, "total-delete-files"),
+        data_files=_int(summary, "total-data-files"),
         position_deletes=_int(summary, "total-position-deletes"),
     )
 

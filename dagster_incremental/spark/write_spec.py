@@ -108,6 +108,7 @@ class WriteResult:
     snapshot_id: int | None
     schema: tuple[tuple[str, str], ...]  # (column, spark type) of the table after the commit
     delete_files: int = 0  # merge-on-read delete files the table holds (see maintenance)
+    data_files: int = 0  # data files the table holds
     position_deletes: int = 0  # rows those delete files remove
 
 

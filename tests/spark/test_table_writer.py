@@ -551,7 +551,11 @@ def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_curs
     big = dataclasses.replace(result, row_count=90_000, position_deletes=10_000)
     assert maintenance.needs_compaction(big)
     assert not maintenance.needs_compaction(dataclasses.replace(big, row_count=200_000))  # 5 %
-    assert maintenance.needs_compaction(dataclasses.replace(result, delete_files=maintenance.COMPACT_AT_DELETE_FILES))
+    assert result.data_files >= 1
+    many = maintenance.COMPACT_AT_DELETE_FILES
+    assert maintenance.needs_compaction(dataclasses.replace(result, delete_files=many, data_files=many // 2))  # piled up
+    # one delete file per data file: a scattered change into a large table, not worth rewriting it
+    assert not maintenance.needs_compaction(dataclasses.replace(result, delete_files=many, data_files=many))
     before = contents(spark, table)
 
     maintenance.compact(spark, table)
