@@ -122,6 +122,7 @@ class TableModel:
     committed: int | None = None  # the cursor in the table's snapshot lineage
     boundary: set[int] = field(default_factory=set)  # append: ids loaded at the committed value
     reported: int | None = None  # the cursor of Dagster's newest incremental materialization
+    reported_rows: int = 0  # the table's rows then (none: a table lost since loses no row)
     clock: int = 1
     next_id: int = 0
     with_note: bool = False
@@ -185,8 +186,9 @@ class TableModel:
 
     def must_refuse(self) -> bool:
         """A run loaded rows up to a cursor, but the table holds no cursor (dropped, or
-        recreated by a backfill): continuing from Dagster's cursor would lose the rows."""
-        return self.committed is None and self.reported is not None and self.reported > 0
+        recreated by a backfill): continuing from Dagster's cursor would lose the rows. When
+        Dagster's newest materialization left the table empty, there is nothing to lose."""
+        return self.committed is None and bool(self.reported) and self.reported_rows > 0
 
     # -- what a commit does -----------------------------------------------------------------------
 
@@ -252,6 +254,7 @@ class TableModel:
         batch = self.kept()
         counts = self.write(batch)
         self.reported = self.advance(batch)
+        self.reported_rows = self.row_count()
         return counts
 
     def sliced(self, fail_at: int | None, now_hours: float) -> Counts | None:
@@ -298,6 +301,7 @@ class TableModel:
         if existed and self.table is None:
             self.table = []
         self.reported = self.advance(batch)
+        self.reported_rows = self.row_count()
         return Counts(inserted=len(self.table or []), deleted=previous)
 
     def dropped(self) -> None:
