@@ -14,6 +14,7 @@ import pytest
 
 from dagster_incremental import Incremental, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
+from attack_support import failure_text
 
 pytestmark = pytest.mark.spark
 
@@ -35,16 +36,6 @@ def materialization(result: dg.ExecuteInProcessResult, partition: str | None = N
         mats = [m for m in mats if m.materialization.partition == partition]
     assert mats, "no materialization recorded"
     return mats[-1].materialization.metadata
-
-
-def failure_text(result: dg.ExecuteInProcessResult) -> str:
-    """The step failure's message with its whole cause chain (what the UI shows)."""
-    error = result.get_step_failure_events()[0].step_failure_data.error
-    parts = []
-    while error is not None:
-        parts.append(error.message)
-        error = error.cause
-    return "\n".join(parts)
 
 
 def run(asset, instance, io, **kwargs) -> dg.ExecuteInProcessResult:

@@ -16,6 +16,7 @@ import dagster as dg
 import pytest
 
 from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
+from attack_support import failure_text
 
 pytestmark = pytest.mark.spark
 
@@ -66,15 +67,6 @@ def state(result: dg.ExecuteInProcessResult, partition: str | None = None) -> di
 
 def warnings(instance, result: dg.ExecuteInProcessResult) -> list[str]:
     return [e.message for e in instance.all_logs(result.run_id) if e.level >= 30]
-
-
-def failure_text(result: dg.ExecuteInProcessResult) -> str:
-    error = result.get_step_failure_events()[0].step_failure_data.error
-    parts = []
-    while error is not None:
-        parts.append(error.message)
-        error = error.cause
-    return "\n".join(parts)
 
 
 def current_snapshot_id(io, name: str) -> int:

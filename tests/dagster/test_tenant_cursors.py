@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
+from attack_support import failure_text
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 TENANTS = dg.StaticPartitionsDefinition(["acme", "globex"])
@@ -206,15 +207,6 @@ def metadata(result: dg.ExecuteInProcessResult, partition: str):
     mats = [m for m in result.get_asset_materialization_events() if m.materialization.partition == partition]
     assert mats, f"no materialization of partition {partition}"
     return mats[-1].materialization.metadata
-
-
-def failure_text(result: dg.ExecuteInProcessResult) -> str:
-    error = result.get_step_failure_events()[0].step_failure_data.error
-    parts = []
-    while error is not None:
-        parts.append(error.message)
-        error = error.cause
-    return "\n".join(parts)
 
 
 class Source:

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
+from attack_support import failure_text
 
 pytestmark = pytest.mark.spark
 
@@ -43,15 +44,6 @@ def state_of(result, name: str) -> dict:
 def snapshot_now(spark, io, name: str) -> int:
     table_ref = io.table_name(dg.AssetKey(name))
     return spark.sql(f"SELECT snapshot_id FROM {table_ref.sql}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
-
-
-def failure_text(result) -> str:
-    error = result.get_step_failure_events()[0].step_failure_data.error
-    parts = []
-    while error is not None:
-        parts.append(error.message)
-        error = error.cause
-    return "\n".join(parts)
 
 
 def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(spark, instance, io_manager, config_file):
