@@ -188,7 +188,7 @@ class TableModel:
         """A run loaded rows up to a cursor, but the table holds no cursor (dropped, or
         recreated by a backfill): continuing from Dagster's cursor would lose the rows. When
         Dagster's newest materialization left the table empty, there is nothing to lose."""
-        return self.committed is None and bool(self.reported) and self.reported_rows > 0
+        return self.committed is None and self.reported is not None and self.reported_rows > 0
 
     # -- what a commit does -----------------------------------------------------------------------
 
