@@ -9,7 +9,6 @@ what the table lost, or fails (unpartitioned, table gone) instead of silently sk
 from __future__ import annotations
 
 import shutil
-import uuid
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -30,12 +29,8 @@ def iso(day: int) -> str:
 
 
 @pytest.fixture
-def namespace():
-    return "ts_" + uuid.uuid4().hex[:8]
-
-
-@pytest.fixture
 def config_file(tmp_path, spark_warehouse, namespace):
+    """The Hadoop warehouse only (this module's rollbacks and drops act on its files)."""
     path = tmp_path / "config.toml"
     path.write_text(f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{spark_warehouse}"\n')
     return str(path)
