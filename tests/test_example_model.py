@@ -59,8 +59,11 @@ def test_config_comments_name_only_supported_formats_and_every_event_column_is_d
 
 @pytest.mark.spark
 def test_todays_partition_drops_events_the_source_removed(tmp_path):
+    # 2,000 events a day: today's file holds some a minute after midnight UTC (at 100 a day it
+    # held too few to remove any until 02:24)
+    _python(tmp_path, ["-m", "definitions.simulate", "init", "--per-day", "2000"])
     _python(tmp_path, ["-m", "definitions"])
-    step = _python(tmp_path, ["-m", "definitions.simulate", "step"]).stdout
+    step = _python(tmp_path, ["-m", "definitions.simulate", "step", "--per-day", "2000"]).stdout
     removed = int(step.split(" removed")[0].rsplit(" ", 1)[1])
     assert removed > 0
     second = _python(tmp_path, ["-m", "definitions"]).stdout

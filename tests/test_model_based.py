@@ -47,6 +47,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from attack_support import DISPOSITIONS, io_manager_for, materialize, write_config
 from dagster_incremental import Incremental, incremental, incremental_asset
+from dagster_incremental.dagster import partition_scope
 from dagster_incremental.spark.write_spec import SCOPE_PROPERTY, STATE_PROPERTY
 
 pytestmark = pytest.mark.spark
@@ -804,7 +805,14 @@ class DailyMachine(TableMachine):
             assert hours_of(last, DAY0, 60) == self.model.reported, "Dagster's cursor of today's window"
 
 
-def test_any_sequence_on_a_daily_partitioned_asset_leaves_the_table_and_cursors_of_the_model(env):
+@pytest.fixture
+def noon_of_today(monkeypatch):
+    """The library's open-window clock pinned to noon of the model's today, so a sequence that
+    runs across midnight keeps the same open window."""
+    monkeypatch.setattr(partition_scope, "utc_now", lambda: DAY0 + timedelta(days=TODAY, hours=12))
+
+
+def test_any_sequence_on_a_daily_partitioned_asset_leaves_the_table_and_cursors_of_the_model(env, noon_of_today):
     run_state_machine_as_test(type("DailyMachineRun", (DailyMachine,), {"ENV": env}), settings=RUNS)
 
 
@@ -830,7 +838,7 @@ EVERY_DAILY_RULE = [
 ]
 
 
-def test_every_daily_rule_in_one_sequence(env):
+def test_every_daily_rule_in_one_sequence(env, noon_of_today):
     drive(type("D", (DailyMachine,), {"ENV": env})(), EVERY_DAILY_RULE)
 
 

@@ -194,9 +194,20 @@ def _day_plan(key: str, context: Any, config: Any, rows_of: tuple[str, str]) -> 
         )
     tw = context.partition_time_window
     window = (tw.start, tw.end)
-    if tw.end > datetime.now(timezone.utc):
+    if window_is_open(tw.end):
         return dict(mode="incremental", scope=str(key), window=window, restart=config.full_refresh, rows_of=rows_of)
     return dict(mode="backfill", window=window, window_replace=True, stateless=True, rows_of=rows_of)
+
+
+def utc_now() -> datetime:
+    """The clock the open-window rule reads (one place, so a test can pin it at noon)."""
+    return datetime.now(timezone.utc)
+
+
+def window_is_open(end: datetime) -> bool:
+    """A window that has not ended yet still receives rows: only there a cursor lives; a run of
+    an ended window is a stateless backfill of it."""
+    return end > utc_now()
 
 
 def check_rows(asset: str, frame: Any, rows_of: tuple[str, str] | None) -> None:

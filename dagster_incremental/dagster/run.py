@@ -32,7 +32,7 @@ from dagster_incremental.dagster.io_manager import write_spec_from_settings
 from dagster_incremental.dagster.metadata import result_metadata
 from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.dagster.partition_counts import RangeCommit, Window, partition_metadata
-from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan
+from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan, window_is_open
 from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sub_window
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
@@ -106,7 +106,7 @@ def plan_of(context: dg.AssetExecutionContext, config: IncrementalRunConfig, set
             )
         tw = context.partition_time_window
         keys = context.partition_keys
-        if len(keys) == 1 and tw.end > datetime.now(timezone.utc):
+        if len(keys) == 1 and window_is_open(tw.end):
             # The open window. A full refresh of it is its first run again: the window replaced
             # and its cursor restarted.
             return Plan(mode="incremental", scope=keys[0], window=(tw.start, tw.end), restart=config.full_refresh)

@@ -106,7 +106,8 @@ def mutate_day(
 ) -> dict[str, list[str]]:
     """Rewrite one day's file the way upstream corrections do; returns the ids per change kind.
 
-    About `remove` of the rows disappear, `change` of them get a new `kind`/`value`, and `add`
+    About `remove` of the rows disappear and `change` of them get a new `kind`/`value` (at least
+    one each when the share is above zero: early in the day today's file is short), and `add`
     late-arriving events (new ids, times inside the day and before `now` when given) appear.
     The file is replaced atomically, so a reader sees the old or the new day, never half.
     """
@@ -118,9 +119,9 @@ def mutate_day(
     rows = read_day_rows(root, day)
     rng = random.Random(f"mutate:{seed}:{day.isoformat()}")
     ids = [r["event_id"] for r in rows]
-    removed = set(rng.sample(ids, round(len(ids) * remove)))
+    removed = set(rng.sample(ids, _share(len(ids), remove)))
     kept = [r for r in rows if r["event_id"] not in removed]
-    changed = set(rng.sample([r["event_id"] for r in kept], round(len(kept) * change)))
+    changed = set(rng.sample([r["event_id"] for r in kept], _share(len(kept), change)))
     for row in kept:
         if row["event_id"] in changed:
             row["kind"] = rng.choice([k for k in sorted(set(_KINDS)) if k != row["kind"]])
@@ -139,6 +140,11 @@ def mutate_day(
 
     _write_rows(root, day, sorted(kept, key=lambda r: (r["event_time"], r["event_id"])))
     return {"removed": sorted(removed), "changed": sorted(changed), "added": added}
+
+
+def _share(count: int, fraction: float) -> int:
+    """About `fraction` of `count` items, at least one of them when both are above zero."""
+    return max(1, round(count * fraction)) if count and fraction else 0
 
 
 def read_day_rows(root: str | Path, day: date | str) -> list[dict]:
