@@ -72,6 +72,8 @@ class AssetSettings:
     check_severity: str = "WARN"
     # the config file the asset was defined with (absolute; it may not exist)
     config_path: Path | None = None
+    # upsert deletes the rows whose key a batch (a full extract) lacks
+    delete_missing: bool = False
 
     @property
     def window_column(self) -> str | None:
@@ -112,6 +114,7 @@ class AssetSettings:
             "cursor_column": self.window_column,
             "partition_by": list(self.partition_by),
             **({"scd2": self._scd2_settings()} if self.strategy == "scd2" else {}),
+            **({"delete_missing": True} if self.delete_missing else {}),
         }
 
     def _scd2_settings(self) -> dict[str, Any]:
@@ -147,6 +150,8 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     secret_params = tuple(function_arguments(secrets.load(), asset_name, func, reserved=reserved_params(func)))
     spec_arguments = {arg: a.spec_arguments() for arg, a in options.arguments.items()}
     cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
+    if write.delete_missing:
+        _check_full_extract(func, asset_name, cursors, parts_def)
     table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
     hints = {column: h.given() for column, h in (options.columns or {}).items()}
     return AssetSettings(
@@ -174,7 +179,26 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
         check_severity=options.check_severity,
         config_path=cfg.path,
+        delete_missing=bool(write.delete_missing),
     )
+
+
+def _check_full_extract(func: Callable[..., Any], asset: str, cursors: Mapping[str, IncrementalSpec],
+                        partitions_def: Any) -> None:
+    """delete_missing deletes every row a batch lacks, so each batch must be the whole source:
+    refuse what makes a batch partial (a cursor, upstream changes, one partition's window)."""
+    partial = [f"the incremental argument {name!r} (a batch holds only the rows past its cursor)" for name in cursors]
+    partial += [f"the upstream-changes argument {p.name!r} (a batch holds only the upstream's changes)"
+                for p in inspect.signature(func).parameters.values() if is_changes_param(p)]
+    if partitions_def is not None:
+        partial.append("its partitions (a run loads one partition's rows)")
+    if partial:
+        raise IncrementalConfigError(
+            f"asset {asset!r}: write_disposition delete_missing = true deletes every row whose key a batch "
+            f"lacks, so each batch must be a full extract of the source, but the asset has {'; '.join(partial)}. "
+            "Remove delete_missing, or load a full extract without them; to delete single rows, mark "
+            "them with a hard_delete column instead"
+        )
 
 
 def column_descriptions(func: Callable[..., Any], hints: Mapping[str, Any]) -> dict[str, str]:

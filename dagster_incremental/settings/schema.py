@@ -133,6 +133,8 @@ class WriteDisposition(Table):
     active_record_timestamp: Instant | None = None
     boundary_timestamp: Instant | None = None
     row_version_column_name: Annotated[Text | None, _hint("use a column name")] = None
+    # upsert of a full extract: rows whose key the batch lacks are deleted (OndatraSQL's "tracked")
+    delete_missing: Flag | None = None
 
     @classmethod
     def coerce(cls, data: Any) -> Any:
@@ -151,6 +153,10 @@ class WriteDisposition(Table):
         if extra and self.strategy != "scd2":
             current = f'strategy is "{self.strategy}"' if self.strategy else "sets no strategy"
             raise invalid(f"sets {', '.join(extra)} but {current}", 'these options only apply to strategy = "scd2"')
+        if self.delete_missing and self.merge_strategy != "upsert":
+            current = f'strategy is "{self.merge_strategy}"' if self.merge_strategy else f'disposition is "{self.disposition}"'
+            raise invalid(f"sets delete_missing but {current}",
+                          'delete_missing only applies to disposition = "merge", strategy = "upsert"')
         return self
 
     @property

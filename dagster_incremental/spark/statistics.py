@@ -219,6 +219,8 @@ def _counts(
     aligned: DataFrame | None,
 ) -> Counts:
     summary = snapshot.summary
+    if kind == "keyed" and batch is not None and aligned is not None and spec.delete_missing:
+        return _with_missing_deleted(spark, spec, snapshot, _matched_keys(spark, spec, aligned, batch, snapshot))
     if kind == "keyed" and batch is not None and aligned is not None:
         if not batch.tombstones and not _int(summary, "added-equality-deletes"):
             # Every batch row leaves exactly one live row: the live rows it added are inserts.
@@ -271,6 +273,14 @@ def _matched_keys(
         )
         matched_live, matched_dead = int(row.live or 0), int(row.dead or 0)
     return Counts(inserted=batch.rows - matched_live, updated=matched_live, deleted=matched_dead)
+
+
+def _with_missing_deleted(spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, matched: Counts) -> Counts:
+    """A delete_missing upsert's counts: the batch's, plus the rows it deleted for lacking their
+    key, from the live rows before and after (after = before + inserted - deleted)."""
+    before = row_count(spark, spec.table, snapshot.parent_id) if snapshot.parent_id is not None else 0
+    after = row_count(spark, spec.table, snapshot.snapshot_id)
+    return Counts(inserted=matched.inserted, updated=matched.updated, deleted=before + matched.inserted - after)
 
 
 def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, keys: Sequence[str]) -> Counts:

@@ -55,6 +55,7 @@ class WriteSpec:
     scd2: Scd2Options = field(default_factory=Scd2Options)
     table_format: TableFormat = "iceberg"
     table_properties: Mapping[str, str] = field(default_factory=dict)
+    delete_missing: bool = False  # upsert of a full extract: rows whose key the batch lacks go
 
     @property
     def merge_strategy(self) -> MergeStrategy | None:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -204,6 +205,11 @@ class TableWriter:
         view = f"di_source_{pending.commit_id}"
         aligned.createOrReplaceTempView(view)
         try:
+            counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
+            if spec.delete_missing and counted is not None and not (counted.rows or counted.tombstones):
+                # An extract without rows is far more often a failed source than an emptied
+                # one: it deletes nothing (a full refresh empties the table on purpose).
+                spec = dataclasses.replace(spec, delete_missing=False)
             text, args = merge.strategy_for(spec).merge_statement(
                 spec,
                 target=pending.target,
@@ -212,7 +218,6 @@ class TableWriter:
                 run_started_at=pending.started,
                 prune=partition_bounds(aligned, prunable_partition_by(spec, aligned.columns)),
             )
-            counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
             pending.run(spark, lambda: spark.sql(text, args=dict(args)))
         finally:
             spark.catalog.dropTempView(view)
@@ -253,7 +258,7 @@ def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:
     (whichever are set); scd2 without merge_key (a full snapshot: absent rows are retired
     anywhere) never prunes.
     """
-    if not spec.partition_by:
+    if not spec.partition_by or spec.delete_missing:  # deleting what the batch lacks reads every file
         return []
     strategy = spec.merge_strategy
     groups: list[set[str]]

@@ -23,7 +23,7 @@ def write_local(spark: Any, pending: PendingCommit, rows: LocalRows, *, exists: 
     merged by key into an existing table, as the run's one commit; None: use Spark."""
     if _appends_only(pending.spec, exists, deduplicated, rows):
         return _append(spark, pending, rows)
-    if exists and deduplicated:
+    if exists and deduplicated and not pending.spec.delete_missing:  # that one compares every key: Spark
         return merge_local(spark, pending, rows)
     return None
 

@@ -1,5 +1,6 @@
 """upsert (dlt's semantics) on the primary key: update matched rows, insert new ones, in ONE
-MERGE; merge_key is ignored, and a hard-delete tombstone deletes its row and is never inserted."""
+MERGE; merge_key is ignored, and a hard-delete tombstone deletes its row and is never inserted.
+With delete_missing the batch is a full extract and the table's rows it lacks are deleted too."""
 
 from __future__ import annotations
 
@@ -51,4 +52,6 @@ def statement(spec: WriteSpec, target: str, view: str, columns: Sequence[str], p
         clauses.append(f"WHEN MATCHED THEN UPDATE SET {assignments}")
     not_deleted = f"NOT {col('s', DELETED)}" if spec.hard_delete_column else ""
     clauses.append(insert_clause(columns, condition=not_deleted))
+    if spec.delete_missing:
+        clauses.append("WHEN NOT MATCHED BY SOURCE THEN DELETE")  # the batch is the whole source
     return merge(target, f"SELECT * FROM {view}", on, clauses)
