@@ -74,10 +74,15 @@ class AssetSettings:
     config_path: Path | None = None
     # upsert deletes the rows whose key a batch (a full extract) lacks
     delete_missing: bool = False
+    # window_column as given (decorator or config.toml); see the window_column property
+    explicit_window_column: str | None = None
 
     @property
     def window_column(self) -> str | None:
-        """The column a window replace acts on: the first cursor's, when it is a plain column."""
+        """The column a window replace acts on: window_column when set, else the first
+        cursor's, when it is a plain column."""
+        if self.explicit_window_column:
+            return self.explicit_window_column
         for spec in self.cursors.values():
             path = spec.cursor_path
             if path and not any(c in path for c in ".$["):
@@ -180,6 +185,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         check_severity=options.check_severity,
         config_path=cfg.path,
         delete_missing=bool(write.delete_missing),
+        explicit_window_column=options.window_column,
     )
 
 

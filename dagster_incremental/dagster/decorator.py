@@ -42,6 +42,7 @@ def incremental_asset(
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_by: str | Sequence[str] | None = None,
     partition_column: str | None = None,
+    window_column: str | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -64,6 +65,7 @@ def incremental_asset(
     partitions_def: dg.PartitionsDefinition | None = None,
     partition_by: str | Sequence[str] | None = None,
     partition_column: str | None = None,
+    window_column: str | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -83,7 +85,8 @@ def incremental_asset(
     `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
     cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
     `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
-    and `partition_column` names the column that holds a row's tenant.
+    and `partition_column` names the column that holds a row's tenant. `window_column` names the
+    column whose value places a row in a time window (default: the cursor's column).
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
     Examples:
@@ -104,7 +107,7 @@ def incremental_asset(
             func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
             primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
             columns=columns, partitions_def=partitions_def, partition_by=partition_by,
-            partition_column=partition_column,
+            partition_column=partition_column, window_column=window_column,
             config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
         for text in settings.warnings():  # the run logs them again, where operators look

@@ -46,9 +46,11 @@ class UpstreamInputs:
     def __bool__(self) -> bool:
         return bool(self.keys)
 
-    def read(self, context, io, state: Mapping[str, Any] | None, restart: bool) -> dict[str, Changes]:
-        """Each parameter's changes since the cursor in `state` (all rows when `restart`)."""
-        from dagster_incremental.spark.changes import read_changes, snapshot_history, table_at
+    def read(self, context, io, state: Mapping[str, Any] | None, restart: bool,
+             window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
+        """Each parameter's changes since the cursor in `state` (all rows when `restart`);
+        window (start, end, column): only the changed rows whose column lies in [start, end)."""
+        from dagster_incremental.spark.changes import in_window, read_changes, snapshot_history, table_at
 
         out = {}
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
@@ -66,9 +68,12 @@ class UpstreamInputs:
                 f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
                 + (f" ({len(read.commits)} commits)" if read.commits else "")
             )
+            frame = read_changes(io.spark, table, read)
+            if window is not None:
+                frame = in_window(frame, table, *window)
             out[name] = Changes(
                 table.display, read.kind, read.start, read.end,
-                df=read_changes(io.spark, table, read), table=table_at(io.spark, table, read.end),
+                df=frame, table=table_at(io.spark, table, read.end),
             )
         return out
 
@@ -91,10 +96,17 @@ def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | Non
     if not inputs:
         return
     names = ", ".join(inputs.keys)
-    if settings.partitions_def is not None:
+    if settings.partitions_def is not None and not isinstance(settings.partitions_def, dg.TimeWindowPartitionsDefinition):
         raise IncrementalConfigError(
-            f"asset {settings.name!r}: Changes parameters ({names}) are read by unpartitioned assets only; "
-            "remove partitions_def, or read the upstream as a DataFrame input instead"
+            f"asset {settings.name!r}: Changes parameters ({names}) are read by unpartitioned assets and by "
+            "time-window partitions only; remove partitions_def, or read the upstream as a DataFrame input instead"
+        )
+    if settings.partitions_def is not None and settings.window_column is None:
+        raise IncrementalConfigError(
+            f"asset {settings.name!r}: a partitioned asset reading Changes ({names}) needs window_column, the "
+            "column of the upstream's rows (and of this asset's) whose value places a row in a window, e.g. "
+            'window_column="order_day" (decorator) or window_column = "order_day" in [assets.'
+            f"{settings.name}]"
         )
     if sliced is not None:
         raise IncrementalConfigError(

@@ -278,6 +278,9 @@ class AssetOptions(Table):
     partitions: Partitions | None = None
     # static partitions (tenants): the column holding a row's partition key
     partition_column: Text | None = None
+    # time-window partitions: the column whose value places a row in a window (default: the
+    # first cursor's column; needed by a partitioned asset that reads `Changes`)
+    window_column: Text | None = None
     concurrency_pool: Text | None = None
     # the cursor must be within this of now (the cursor_fresh asset check)
     freshness: Annotated[timedelta | None, PlainValidator(check.freshness), FromEnv(env.read_number_or_text),

@@ -123,7 +123,8 @@ class Staged:
 
 
 def stage_batches(
-    output: Any, runs: Mapping[str, Any], settings: Any, spec: Any, on_first_rows: Any = None
+    output: Any, runs: Mapping[str, Any], settings: Any, spec: Any, on_first_rows: Any = None,
+    collect_frames_up_to: int = 0,
 ) -> Staged:
     """Filter the function's output through every bound cursor and stage it for the writer.
 
@@ -131,6 +132,9 @@ def stage_batches(
     step per row) whenever every cursor is a top-level column; a page Arrow can't type goes the
     dict way, whose errors name the row. `on_first_rows()` is called once, when the first kept
     rows arrive (the caller starts Spark then, while the source is still extracting).
+    collect_frames_up_to: a Spark DataFrame of at most this many rows is collected and staged
+    as local rows (a transformation of an upstream's few changes: the local merge then matches
+    its keys without a Spark MERGE over the whole target).
     """
     import pyarrow as pa
 
@@ -149,8 +153,12 @@ def stage_batches(
             on_first_rows = None
         kind = _kind(batch)
         if kind == "spark":
-            frames.append(_typed_cursor_columns(batch, runs))
-            continue
+            batch = _typed_cursor_columns(batch, runs)
+            collected = small_frame_as_arrow(batch, collect_frames_up_to) if collect_frames_up_to else None
+            if collected is None:
+                frames.append(batch)
+                continue
+            batch, kind = collected, "arrow"
         if kind == "arrow":
             rows.add(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
         elif kind == "pandas":
@@ -170,6 +178,18 @@ def stage_batches(
             pass  # a key type Arrow can't sort or group (e.g. a map): Spark's dedup does it
     # (the engine already pinned Spark sources to the last_value it computed)
     return Staged(local=rows, frames=tuple(frames), deduplicated=deduplicated)
+
+
+def small_frame_as_arrow(frame: Any, max_rows: int) -> Any:
+    """`frame`'s rows as one Arrow table when it has 1..max_rows rows (one Spark job, stopped
+    after max_rows + 1 rows); None when it is empty or larger (then it stays a Spark frame)."""
+    import pyarrow as pa
+
+    batches = frame.limit(max_rows + 1)._collect_as_arrow()
+    rows = sum(b.num_rows for b in batches)
+    if not 0 < rows <= max_rows:
+        return None
+    return pa.Table.from_batches(batches)
 
 
 def _top_level_cursor(run: Any) -> bool:
