@@ -202,7 +202,8 @@ class Runner:
             self._check_write_keys(in_force, plan)
             whole = self.bind(context, plan, in_force)
             if self.upstream:
-                window = (*plan.window, self.settings.window_column) if plan.window is not None else None
+                column = self.settings.window_column  # set for a partitioned Changes asset (checked at definition)
+                window = (*plan.window, column) if plan.window is not None and column else None
                 restart = plan.restart or plan.mode == "backfill"  # a backfill reads its window whole
                 changes = self.upstream.read(context, io, _unchanged_state(stored, plan.scope), restart, window)
                 run = dataclasses.replace(run, changes=changes)
