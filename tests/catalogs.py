@@ -9,7 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 CATALOG_KINDS = ("hadoop", "jdbc")
+# For a test whose subject does not depend on the catalog (planning, counting, metadata): the
+# Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
+# runs) run on both kinds.
+HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
 JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
 
 

@@ -8,10 +8,11 @@ import pyarrow as pa
 import pytest
 
 from attack_support import failure_text, materialize
+from catalogs import HADOOP_ONLY
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 
-pytestmark = [pytest.mark.spark, pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)]
+pytestmark = [pytest.mark.spark, HADOOP_ONLY]
 
 TRACKED = {"disposition": "merge", "strategy": "upsert", "delete_missing": True}
 

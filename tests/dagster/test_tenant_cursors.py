@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 from attack_support import failure_text
+from catalogs import HADOOP_ONLY
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 TENANTS = dg.StaticPartitionsDefinition(["acme", "globex"])
@@ -224,6 +225,7 @@ class Source:
         return [r for r in self.orders[tenant] if run.end_value is None or r["updated_at"] < run.end_value]
 
 
+@HADOOP_ONLY
 def test_each_tenant_keeps_its_own_cursor_and_a_run_of_one_leaves_the_other_alone(spark, instance, io_manager, config_file):
     source = Source()
 
@@ -254,6 +256,7 @@ def test_each_tenant_keeps_its_own_cursor_and_a_run_of_one_leaves_the_other_alon
     assert source.starts[-1] == ("globex", at(5))
 
 
+@HADOOP_ONLY
 def test_backfill_and_full_refresh_of_one_tenant_replace_only_its_rows(spark, instance, io_manager, config_file):
     source = Source()
 
@@ -282,6 +285,7 @@ def test_backfill_and_full_refresh_of_one_tenant_replace_only_its_rows(spark, in
     assert source.starts[-1] == ("globex", at(5))
 
 
+@HADOOP_ONLY
 def test_a_row_of_another_tenant_fails_the_run_and_writes_nothing(spark, instance, io_manager, config_file):
     source = Source()
 
@@ -296,6 +300,7 @@ def test_a_row_of_another_tenant_fails_the_run_and_writes_nothing(spark, instanc
     assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("orders_x")).sql)
 
 
+@HADOOP_ONLY
 def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backfills_one_tenant(spark, instance, io_manager, config_file):
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     yesterday = today - timedelta(days=1)
@@ -341,6 +346,7 @@ def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backf
     assert seen[-1][0] == "acme" and seen[-1][1] == today + timedelta(hours=2)
 
 
+@HADOOP_ONLY
 def test_a_replace_asset_replaces_only_the_tenants_rows_and_a_spark_frame_is_checked_too(spark, instance, io_manager, config_file):
     source = Source()
     extra: list[dict] = []
@@ -362,6 +368,7 @@ def test_a_replace_asset_replaces_only_the_tenants_rows_and_a_spark_frame_is_che
     assert rows(spark, io_manager, "orders_r") == [("acme", 9, 9), ("globex", 1, 101), ("globex", 2, 102)]
 
 
+@HADOOP_ONLY
 def test_downstream_assets_read_their_tenants_rows(spark, instance, io_manager, config_file):
     source = Source()
 

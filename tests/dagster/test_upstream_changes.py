@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 
 from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
 from attack_support import failure_text
+from catalogs import HADOOP_ONLY
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, HADOOP_ONLY]
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 

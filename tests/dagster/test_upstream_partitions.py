@@ -10,11 +10,12 @@ import dagster as dg
 import pytest
 
 from attack_support import failure_text
+from catalogs import HADOOP_ONLY
 from dagster_incremental import Changes, Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
 from dagster_incremental.errors import IncrementalConfigError
 
-pytestmark = [pytest.mark.spark, pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)]
+pytestmark = [pytest.mark.spark, HADOOP_ONLY]
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 DAYS = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-01-04")
