@@ -15,8 +15,11 @@ import pytest
 from dagster_incremental import Incremental, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 from attack_support import failure_text
+from catalogs import HADOOP_ONLY
 
 pytestmark = pytest.mark.spark
+# On both catalog kinds: what commits, heals, refuses a stale writer or compacts; the rest
+# (planning, sensors, messages, metadata) on the Hadoop catalog only (HADOOP_ONLY).
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -163,6 +166,7 @@ def test_partitioned_ranged_backfill_leaves_live_cursor_and_window_rerun_removes
     assert "e2-1" not in ids and "e2-2" in ids
 
 
+@HADOOP_ONLY
 def test_late_events_of_the_open_day_arrive_with_the_example_lag(spark, instance, io_manager, config_file, tmp_path):
     """The example's daily_events: upstream adds events whose time is before the cursor."""
     from pathlib import Path
@@ -196,6 +200,7 @@ def test_late_events_of_the_open_day_arrive_with_the_example_lag(spark, instance
     assert ids == {r["event_id"] for r in source}  # every late event arrived, nothing doubled
 
 
+@HADOOP_ONLY
 def test_write_settings_show_only_what_the_strategy_uses(config_file):
     def settings(disposition):
         @incremental_asset(name="ws", primary_key="id", write_disposition=disposition, config_path=config_file)
@@ -228,6 +233,7 @@ def test_lost_dagster_event_is_healed_from_the_table_commit(spark, instance, io_
     assert meta["dagster_incremental/state"].value["last_value"] == iso(5)
 
 
+@HADOOP_ONLY
 def test_sensor_requests_runs_only_when_probe_moves(spark, instance, io_manager, config_file):
     source = [{"id": 1, "updated_at": iso(1)}]
     hwm = {"value": iso(1)}
@@ -251,6 +257,7 @@ def test_sensor_requests_runs_only_when_probe_moves(spark, instance, io_manager,
     assert isinstance(repeat, dg.SkipReason)  # idempotent: the same high-water mark is not requested twice
 
 
+@HADOOP_ONLY
 def test_sensor_of_an_asset_with_two_cursors_compares_each_with_its_own(spark, instance, io_manager, config_file):
     source = [{"id": 1, "seq": 10, "updated_at": iso(1)}]
     hwm = {"updated_at": iso(1), "seq": 10}
@@ -281,6 +288,7 @@ def test_sensor_of_an_asset_with_two_cursors_compares_each_with_its_own(spark, i
         build_incremental_sensor(orders_two, probe=lambda: 5, cursor="nope")
 
 
+@HADOOP_ONLY
 def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, instance, io_manager, config_file):
     @incremental_asset(config_path=config_file)
     def broken(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
@@ -294,6 +302,7 @@ def test_user_errors_fail_the_run_with_a_clear_message_and_write_nothing(spark, 
     assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("broken")).sql)
 
 
+@HADOOP_ONLY
 def test_a_day_first_cursor_from_config_loads_in_date_order(spark, instance, io_manager, config_file):
     """cursor_datetime_formats in config.toml: "31/12/2023" is older than "05/01/2024" (as text
     it would be newer); the column is stored as a timestamp and the cursor as ISO-8601 UTC; a
@@ -322,6 +331,7 @@ def test_a_day_first_cursor_from_config_loads_in_date_order(spark, instance, io_
     assert len(table_rows(spark, io_manager, "orders_dmy")) == 3
 
 
+@HADOOP_ONLY
 def test_changed_keys_are_reported_and_need_a_full_refresh(spark, instance, io_manager, config_file):
     source = [{"id": i, "region": "eu", "updated_at": iso(i)} for i in range(1, 3)]
 
@@ -370,6 +380,7 @@ def test_a_stale_writer_is_refused_and_writes_nothing(spark, instance, io_manage
     assert orders_race.op.pool == "incremental/orders_race"
 
 
+@HADOOP_ONLY
 def test_append_after_a_boundary_overflow_loads_no_duplicates(spark, instance, io_manager, config_file, monkeypatch):
     import dagster_incremental.cursor.boundary as boundary
 
@@ -388,6 +399,7 @@ def test_append_after_a_boundary_overflow_loads_no_duplicates(spark, instance, i
     assert materialization(second)["dagster_incremental/rows_inserted"].value == 1
 
 
+@HADOOP_ONLY
 def test_merge_without_keys_fails_at_definition_naming_where_the_disposition_is_set(config_file):
     """It used to append every row with a warning in the run log; now the code location fails."""
     with pytest.raises(IncrementalConfigError) as info:
@@ -399,6 +411,7 @@ def test_merge_without_keys_fails_at_definition_naming_where_the_disposition_is_
     assert "write_disposition is set by @incremental_asset(write_disposition=...)" in text
 
 
+@HADOOP_ONLY
 def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_manager, config_file):
     source = [{"id": 1, "updated_at": iso(1), "created_at": iso(1)}]
 
@@ -417,6 +430,7 @@ def test_a_changed_cursor_path_is_reported_with_what_to_do(spark, instance, io_m
     assert "full refresh" in message
 
 
+@HADOOP_ONLY
 def test_a_cursor_type_changed_in_config_names_the_key_and_keeps_table_and_cursor(spark, instance, io_manager, config_file, tmp_path):
     source = [{"id": 1, "updated_at": iso(1)}]
     base = open(config_file).read()
@@ -445,6 +459,7 @@ def test_a_cursor_type_changed_in_config_names_the_key_and_keeps_table_and_curso
         .metadata["dagster_incremental/state"].value == state  # the cursor is the first run's
 
 
+@HADOOP_ONLY
 def test_partitioned_downstream_reads_its_window_and_writes_it_back(spark, instance, io_manager, config_file):
     from pyspark.sql import functions as F
 
@@ -503,6 +518,7 @@ def test_a_cursor_reported_by_hand_wins_over_the_table(spark, instance, io_manag
     assert [r["v"] for r in table_rows(spark, io_manager, "orders_reset")] == ["a", "a", "corrected", "a"]
 
 
+@HADOOP_ONLY
 def test_last_run_is_when_the_previous_run_committed(spark, instance, io_manager, config_file):
     """`last_run` (OndatraSQL's): None on a first run; then the time of the materialization whose
     cursor the run continues (a run that found nothing new counts); None after a full refresh
@@ -558,6 +574,7 @@ def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, 
     assert materialization(again)["dagster_incremental/rows_inserted"].value == 0
 
 
+@HADOOP_ONLY
 def test_columns_carry_descriptions_from_hints_and_the_docstring(spark, instance, io_manager, config_file):
     @incremental_asset(config_path=config_file, columns={"amount": {"description": "Total in EUR, VAT included"}})
     def described(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
