@@ -42,8 +42,13 @@ def test_eager_automation_requests_the_downstream_once_the_upstream_materializes
     assert after.get_num_requested(orders_enriched.key) == 1
 
 
-def test_a_changes_parameter_needs_an_unpartitioned_asset(config_file):
-    with pytest.raises(IncrementalConfigError, match=r"orders_daily.*Changes parameters \(orders\).*unpartitioned"):
+def test_a_changes_parameter_needs_time_windows_and_a_window_column(config_file):
+    with pytest.raises(IncrementalConfigError, match=r"'orders_by_shop'.*Changes parameters \(orders\).*time-window"):
+        @incremental_asset(partitions_def=dg.StaticPartitionsDefinition(["a", "b"]), partition_column="shop",
+                           config_path=config_file)
+        def orders_by_shop(orders: Changes):
+            return orders.upserts()
+    with pytest.raises(IncrementalConfigError, match=r"'orders_daily'.*Changes \(orders\) needs window_column"):
         @incremental_asset(partitions_def=dg.DailyPartitionsDefinition("2024-01-01"), config_path=config_file)
         def orders_daily(orders: Changes):
             return orders.upserts()

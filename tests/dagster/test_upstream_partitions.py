@@ -13,7 +13,6 @@ from attack_support import failure_text
 from catalogs import HADOOP_ONLY
 from dagster_incremental import Changes, Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
-from dagster_incremental.errors import IncrementalConfigError
 
 pytestmark = [pytest.mark.spark, HADOOP_ONLY]
 
@@ -86,9 +85,3 @@ def test_closed_days_are_backfilled_whole_and_the_open_day_reads_only_its_change
     run(day_events, instance, io_manager, partition_key="2024-01-03")  # nothing new for the open day
     assert received[-1] == []
 
-
-def test_a_partitioned_changes_asset_needs_its_window_column(config_file):
-    with pytest.raises(IncrementalConfigError, match=r"asset 'no_column'.*needs window_column"):
-        @incremental_asset(partitions_def=DAYS, config_path=config_file)
-        def no_column(events: Changes):
-            return events.upserts()
