@@ -34,12 +34,13 @@ class Snapshot:
 @dataclass(frozen=True)
 class UpstreamRead:
     """What a run reads of one upstream: `kind`, from `start` (exclusive) to `end` (inclusive);
-    `commits` is the snapshots in between, oldest first."""
+    `commits` is the snapshots in between, oldest first, and `operations` their Iceberg operations."""
 
     kind: ReadKind
     start: int | None
     end: int | None
     commits: tuple[int, ...] = ()
+    operations: tuple[str, ...] = ()
 
 
 def plan_read(table: str, history: Sequence[Snapshot], current: int | None, cursor: int | None) -> UpstreamRead:
@@ -59,9 +60,27 @@ def plan_read(table: str, history: Sequence[Snapshot], current: int | None, curs
             "asset to recompute it from the whole upstream table.",
             upstream=table, snapshot_id=cursor,
         )
-    operations = {snap.operation for snap in between}
-    kind: ReadKind = "append" if operations <= _APPEND_ONLY else "changes"
-    return UpstreamRead(kind, cursor, current, tuple(snap.snapshot_id for snap in between))
+    return _read_of(cursor, [snap.snapshot_id for snap in between], [snap.operation for snap in between])
+
+
+def cut_read(read: UpstreamRead, commits_per_slice: int | None) -> list[UpstreamRead]:
+    """`read` as consecutive reads of at most `commits_per_slice` commits each, oldest first:
+    each starts where the one before ended, so committing each with its end as the cursor
+    passes through the states one read would reach. A full read (one snapshot) stays whole."""
+    if commits_per_slice is None or read.kind not in ("append", "changes") or len(read.commits) <= commits_per_slice:
+        return [read]
+    out, start = [], read.start
+    for first in range(0, len(read.commits), commits_per_slice):
+        part = slice(first, first + commits_per_slice)
+        out.append(_read_of(start, read.commits[part], read.operations[part]))
+        start = out[-1].end
+    return out
+
+
+def _read_of(start: int | None, commits: Sequence[int], operations: Sequence[str]) -> UpstreamRead:
+    """The read of `commits` (oldest first) after `start`: appends only, or general changes."""
+    kind: ReadKind = "append" if set(operations) <= _APPEND_ONLY else "changes"
+    return UpstreamRead(kind, start, commits[-1], tuple(commits), tuple(operations))
 
 
 def _commits_after(history: Sequence[Snapshot], current: int, cursor: int) -> list[Snapshot] | None:

@@ -76,6 +76,8 @@ class AssetSettings:
     delete_missing: bool = False
     # window_column as given (decorator or config.toml); see the window_column property
     explicit_window_column: str | None = None
+    # an asset reading Changes: at most this many upstream commits per slice (None: one slice)
+    upstream_commits_per_slice: int | None = None
 
     @property
     def window_column(self) -> str | None:
@@ -186,6 +188,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         config_path=cfg.path,
         delete_missing=bool(write.delete_missing),
         explicit_window_column=options.window_column,
+        upstream_commits_per_slice=options.upstream_commits_per_slice,
     )
 
 

@@ -43,6 +43,7 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     partition_column: str | None = None,
     window_column: str | None = None,
+    upstream_commits_per_slice: int | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -66,6 +67,7 @@ def incremental_asset(
     partition_by: str | Sequence[str] | None = None,
     partition_column: str | None = None,
     window_column: str | None = None,
+    upstream_commits_per_slice: int | None = None,
     config_path: str | None = None,
     io_manager_key: str = "io_manager",
     freshness: timedelta | str | float | None = None,
@@ -87,6 +89,8 @@ def incremental_asset(
     `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
     and `partition_column` names the column that holds a row's tenant. `window_column` names the
     column whose value places a row in a time window (default: the cursor's column).
+    `upstream_commits_per_slice` cuts a run that reads `Changes` into slices of at most that many
+    upstream commits, each committed with the upstream snapshot it read up to.
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
 
     Examples:
@@ -108,6 +112,7 @@ def incremental_asset(
             primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
             columns=columns, partitions_def=partitions_def, partition_by=partition_by,
             partition_column=partition_column, window_column=window_column,
+            upstream_commits_per_slice=upstream_commits_per_slice,
             config_path=config_path, freshness=freshness, check_severity=check_severity,
         )
         for text in settings.warnings():  # the run logs them again, where operators look

@@ -33,7 +33,7 @@ from dagster_incremental.dagster.metadata import result_metadata
 from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.dagster.partition_counts import RangeCommit, Window, partition_metadata
 from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan, window_is_open
-from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sub_window
+from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sliced_span, sub_window
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
 from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
@@ -135,7 +135,9 @@ class _Run:
     started: datetime
     secret_kwargs: Mapping[str, Any]
     redactor: Redactor
-    changes: Mapping[str, Any] = field(default_factory=dict)  # each `Changes` parameter's read
+    changes: Mapping[str, Any] = field(default_factory=dict)  # each `Changes` parameter's read (this slice's)
+    change_reads: Sequence[Mapping[str, Any]] = ()  # per slice: what each `Changes` parameter reads
+    window: tuple[Any, Any, str] | None = None  # a partitioned `Changes` asset's window (start, end, column)
 
     @property
     def asset(self) -> str:
@@ -201,21 +203,30 @@ class Runner:
             in_force = self._state_in_force(context, stored, plan)
             self._check_write_keys(in_force, plan)
             whole = self.bind(context, plan, in_force)
-            if self.upstream:
-                column = self.settings.window_column  # set for a partitioned Changes asset (checked at definition)
-                window = (*plan.window, column) if plan.window is not None and column else None
-                restart = plan.restart or plan.mode == "backfill"  # a backfill reads its window whole
-                changes = self.upstream.read(context, io, _unchanged_state(stored, plan.scope), restart, window)
-                run = dataclasses.replace(run, changes=changes)
             windows = slice_windows(whole, self.sliced, plan.window)
+            if self.upstream:
+                run = self._with_change_reads(run, stored)
+                windows = windows * len(run.change_reads)  # a Changes asset has no step (checked at definition)
         return self._run_slices(run, whole, windows, in_force, expected)
+
+    def _with_change_reads(self, run: _Run, stored: Mapping[str | None, StoredState]) -> _Run:
+        """`run` with what each slice reads of the upstreams: a backfill its window whole, else
+        from the cursor in force, cut by upstream_commits_per_slice."""
+        plan, column = run.plan, self.settings.window_column  # set for a partitioned Changes asset
+        restart = plan.restart or plan.mode == "backfill"
+        reads = self.upstream.plan(run.io, _unchanged_state(stored, plan.scope), restart,
+                                   self.settings.upstream_commits_per_slice)
+        window = (*plan.window, column) if plan.window is not None and column else None
+        return dataclasses.replace(run, change_reads=reads, window=window)
 
     def _run_slices(self, run: _Run, whole: Runs, windows: list[Window], in_force: AssetState, expected: int | None):
         """Load and commit each slice in order, each expecting the snapshot the one before left.
         A lone slice the IO manager can commit is handed to it as the Output's value."""
-        commits = Commits(len(windows), self.sliced)
+        commits = Commits(len(windows))
         for index in range(1, len(windows) + 1):
             try:
+                if run.change_reads:
+                    run = self._reading_changes(run, index)
                 done = self._slice(run, whole, in_force, windows, index, expected)
                 if len(windows) == 1 and not _ranged(run.context):
                     return self._handed_over(run, whole, done)
@@ -223,12 +234,26 @@ class Runner:
             except BaseException:
                 commits.failed(run.context.log)
                 raise
-            commits.add(RangeCommit(windows[index - 1], done.batch.spec, result), done.runs, run.context.log)
+            commits.add(RangeCommit(windows[index - 1], done.batch.spec, result), self._span(run, done.runs), run.context.log)
             if done.state is not None:  # an incremental run: the next slice continues from here
                 in_force = done.state
         replace = self.window_replace(run.plan, whole)
         written = self._batch(run, run.plan, run.spec, None, done.batch.deduplicated, done.state, expected, replace)
         return self._committed(run, whole, done.state, commits), self._reported(run, done.state), written
+
+    def _reading_changes(self, run: _Run, index: int) -> _Run:
+        """`run` with slice `index`'s Changes, read now: a later slice's read waits for its turn."""
+        with user_errors(run.asset, run.redactor):
+            changes = self.upstream.read(run.context, run.io, run.change_reads[index - 1], run.window)
+        return dataclasses.replace(run, changes=changes)
+
+    def _span(self, run: _Run, runs: Runs) -> str | None:
+        """What a slice covered, as its log line shows it (None: the run is not sliced)."""
+        if self.sliced is not None:
+            return sliced_span(runs[self.sliced])
+        if len(run.change_reads) > 1:
+            return ", ".join(f"{name} snapshots ({c.start_snapshot_id}, {c.end_snapshot_id}]" for name, c in run.changes.items())
+        return None
 
     def _slice(self, run: _Run, whole: Runs, in_force: AssetState, windows: list[Window], index: int,
                expected: int | None) -> _Slice:

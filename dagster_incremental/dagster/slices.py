@@ -59,23 +59,20 @@ class Commits:
     """The commits a run made so far, out of the slices it planned."""
 
     planned: int
-    name: str | None  # the sliced argument
     made: list[RangeCommit] = dataclasses.field(default_factory=list)
 
-    def add(self, commit: RangeCommit, runs: Mapping[str, Any], log: Any) -> None:
+    def add(self, commit: RangeCommit, span: str | None, log: Any) -> None:
         """Record a commit; a sliced run logs each, as `slice 3/12 [start, end): 120 rows`."""
         self.made.append(commit)
-        if self.planned > 1 and self.name is not None:
-            run = runs[self.name]
+        if self.planned > 1 and span is not None:
             rows = commit.result.rows_inserted + commit.result.rows_updated
-            start, end = _shown(run.start_key, run), _shown(run.end_key, run)
-            log.info(f"slice {len(self.made)}/{self.planned} [{start}, {end}): {rows:,} rows")
+            log.info(f"slice {len(self.made)}/{self.planned} {span}: {rows:,} rows")
 
     def failed(self, log: Any) -> None:
         """Say which slices a failure kept (a run of one slice has nothing to add)."""
         if self.planned > 1:
             done = len(self.made)
-            kept = f"slices 1-{done} are committed" if done else "no slice was committed"
+            kept = {0: "no slice was committed", 1: "slice 1 is committed"}.get(done, f"slices 1-{done} are committed")
             log.error(
                 f"slice {done + 1}/{self.planned} failed: {kept}; the next run continues from the last committed cursor."
             )
@@ -89,6 +86,11 @@ class Commits:
             rows_updated=sum(r.rows_updated for r in results),
             rows_deleted=sum(r.rows_deleted for r in results),
         )
+
+
+def sliced_span(run: Any) -> str:
+    """A slice's range of the sliced cursor, as `[start, end)`."""
+    return f"[{_shown(run.start_key, run)}, {_shown(run.end_key, run)})"
 
 
 def _shown(key: Any, run: Any) -> str:

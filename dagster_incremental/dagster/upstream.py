@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_incremental.cursor.upstream import Changes, UpstreamOf, plan_read
+from dagster_incremental.cursor.upstream import Changes, UpstreamOf, UpstreamRead, cut_read, plan_read
 from dagster_incremental.errors import IncrementalError
 
 UPSTREAM = "upstream"  # the state's key holding each Changes parameter's cursor
@@ -46,14 +46,15 @@ class UpstreamInputs:
     def __bool__(self) -> bool:
         return bool(self.keys)
 
-    def read(self, context, io, state: Mapping[str, Any] | None, restart: bool,
-             window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
-        """Each parameter's changes since the cursor in `state` (all rows when `restart`);
-        window (start, end, column): only the changed rows whose column lies in [start, end)."""
-        from dagster_incremental.spark.changes import in_window, read_changes, snapshot_history, table_at
+    def plan(self, io, state: Mapping[str, Any] | None, restart: bool,
+             commits_per_slice: int | None = None) -> list[dict[str, UpstreamRead]]:
+        """What each slice of the run reads of each parameter's upstream: from the cursor in
+        `state` (everything when `restart`) to the upstream's current snapshot, cut into reads
+        of at most `commits_per_slice` upstream commits (one upstream, checked at definition)."""
+        from dagster_incremental.spark.changes import snapshot_history
 
-        out = {}
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
+        reads = {}
         for name, key in self.keys.items():
             table = io.table_name(key)
             history, current = snapshot_history(io.spark, table)
@@ -62,8 +63,21 @@ class UpstreamInputs:
                     f"upstream asset {key.to_user_string()} (parameter {name!r}) has no table {table.display} "
                     "yet, or it has no commit: materialize it first."
                 )
-            cursor = (cursors.get(name) or {}).get("snapshot_id")
-            read = plan_read(table.display, history, current, cursor)
+            reads[name] = plan_read(table.display, history, current, (cursors.get(name) or {}).get("snapshot_id"))
+        if len(reads) != 1:
+            return [reads]
+        name, read = next(iter(reads.items()))
+        return [{name: part} for part in cut_read(read, commits_per_slice)]
+
+    def read(self, context, io, reads: Mapping[str, UpstreamRead],
+             window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
+        """Each parameter's changes as `reads` plans them; window (start, end, column): only the
+        changed rows whose column lies in [start, end)."""
+        from dagster_incremental.spark.changes import in_window, read_changes, table_at
+
+        out = {}
+        for name, read in reads.items():
+            table = io.table_name(self.keys[name])
             context.log.info(
                 f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
                 + (f" ({len(read.commits)} commits)" if read.commits else "")
@@ -94,6 +108,11 @@ def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | Non
     from dagster_incremental.errors import IncrementalConfigError
 
     if not inputs:
+        if settings.upstream_commits_per_slice is not None:
+            raise IncrementalConfigError(
+                f"asset {settings.name!r}: upstream_commits_per_slice cuts runs that read an upstream's Changes, "
+                "and this asset has no Changes argument: remove upstream_commits_per_slice (step cuts a cursor's runs)"
+            )
         return
     names = ", ".join(inputs.keys)
     if settings.partitions_def is not None and not isinstance(settings.partitions_def, dg.TimeWindowPartitionsDefinition):
@@ -111,5 +130,17 @@ def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | Non
     if sliced is not None:
         raise IncrementalConfigError(
             f"asset {settings.name!r}: step on argument {sliced!r} cannot cut a run that reads Changes ({names}); "
-            "remove step"
+            "remove step (upstream_commits_per_slice cuts such a run by upstream commits)"
         )
+    if settings.upstream_commits_per_slice is not None and (len(inputs.keys) > 1 or settings.cursors):
+        raise IncrementalConfigError(
+            f"asset {settings.name!r}: upstream_commits_per_slice cuts the runs of an asset whose only cursor is "
+            f"one Changes argument, and this asset has {_other_cursors(inputs, settings)}: remove "
+            "upstream_commits_per_slice"
+        )
+
+
+def _other_cursors(inputs: UpstreamInputs, settings) -> str:
+    if settings.cursors:
+        return f"the incremental argument(s) {', '.join(settings.cursors)}"
+    return f"several Changes arguments ({', '.join(inputs.keys)})"

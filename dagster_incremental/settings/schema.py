@@ -281,6 +281,10 @@ class AssetOptions(Table):
     # time-window partitions: the column whose value places a row in a window (default: the
     # first cursor's column; needed by a partitioned asset that reads `Changes`)
     window_column: Text | None = None
+    # an asset reading Changes: a run cut into slices of at most this many upstream commits,
+    # one table commit (and cursor) each
+    upstream_commits_per_slice: Annotated[int | None, Field(gt=0), FromEnv(env.read_int),
+                                          _hint("use an integer > 0")] = None
     concurrency_pool: Text | None = None
     # the cursor must be within this of now (the cursor_fresh asset check)
     freshness: Annotated[timedelta | None, PlainValidator(check.freshness), FromEnv(env.read_number_or_text),

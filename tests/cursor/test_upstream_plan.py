@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from dagster_incremental.cursor.upstream import Snapshot, changes_of, plan_read
+from dagster_incremental.cursor.upstream import Snapshot, changes_of, cut_read, plan_read
 from dagster_incremental.errors import UpstreamRewritten
 
 
@@ -56,6 +56,21 @@ def test_any_cursor_in_the_history_reads_exactly_the_commits_after_it(operations
         assert read.kind == "append"
     else:
         assert read.kind == "changes"
+
+
+@given(st.lists(st.sampled_from(["append", "replace", "overwrite", "delete"]), min_size=2, max_size=12),
+       st.integers(1, 5))
+def test_slices_of_a_read_pass_through_its_commits_in_order_each_with_its_own_kind(operations, per_slice):
+    history = chain("append", *operations)
+    whole = plan_read("t", history, 100 + len(operations), 100)
+    parts = cut_read(whole, per_slice)
+    assert [c for p in parts for c in p.commits] == list(whole.commits)  # each commit read once, in order
+    assert all(1 <= len(p.commits) <= per_slice for p in parts)
+    assert [p.start for p in parts] == [100] + [p.end for p in parts[:-1]]  # each starts where one ended
+    assert parts[-1].end == whole.end
+    for part in parts:  # a slice of appends only reads appended files, even inside a "changes" read
+        assert part.kind == plan_read("t", history, part.end, part.start).kind
+    assert cut_read(whole, None) == [whole] and cut_read(plan_read("t", history, 101, None), 1)[0].kind == "full"
 
 
 def test_changes_of_takes_a_key_path_and_refuses_an_empty_one():
