@@ -138,22 +138,28 @@ def test_partitioned_tables_keep_the_spark_path(spark):
     assert spark.sql(f"SELECT count(*) AS n FROM {name}.partitions").first().n == 3
 
 
-def test_rows_spilled_to_disk_are_deduplicated_across_pages_and_streamed_into_files(spark, monkeypatch):
+@pytest.mark.parametrize("sorted_here", [True, False], ids=["arrow-dedup", "past-max-sorted-rows-spark-dedup"])
+def test_rows_spilled_to_disk_are_deduplicated_across_pages_and_streamed_into_files(spark, monkeypatch, sorted_here):
     from types import SimpleNamespace
 
     from dagster_incremental.spark.local.stage import stage_batches
 
     monkeypatch.setattr("dagster_incremental.spark.local.rows.SPILL_BYTES", 1)  # every page to disk
     monkeypatch.setattr("dagster_incremental.spark.local.append.ROWS_PER_FILE", 150)
+    if not sorted_here:  # a batch too large to sort in this process: Spark keeps the same rows
+        monkeypatch.setattr("dagster_incremental.spark.local.dedup.MAX_SORTED_ROWS", 100)
     name = table("spilled")
     spec = WriteSpec(table=name, cursor_column="version", **UPSERT)
     pages = [rows(list(range(p * 100, p * 100 + 100)), version=p) for p in range(4)]
     pages.append(rows([5, 105], version=9))  # newer versions of keys from the first pages
     staged = stage_batches(pages, {}, SimpleNamespace(name="spilled"), spec)
-    assert staged.local.spilled and staged.deduplicated and staged.local.num_rows == 400
-    TableWriter(spark).write(spec, staged.data(lambda: spark), commit=CommitInfo(state={"v": 1}), deduplicated=True)
+    assert staged.local.spilled and staged.deduplicated is sorted_here
+    assert staged.local.num_rows == (400 if sorted_here else 402)
+    TableWriter(spark).write(spec, staged.data(lambda: spark), commit=CommitInfo(state={"v": 1}),
+                             deduplicated=staged.deduplicated)
     got = {r["id"]: r["version"] for r in contents(spark, name)}
     assert len(got) == 400 and got[5] == got[105] == 9 and got[399] == 3
     counts = [r.record_count for r in spark.sql(f"SELECT record_count FROM {name}.files").collect()]
-    assert sum(counts) == 400 and len(counts) > 1 and max(counts) <= 150  # streamed into several files
+    assert sum(counts) == 400  # one row per key
+    assert not sorted_here or (len(counts) > 1 and max(counts) <= 150)  # the local writer's files: streamed
     staged.local.close()

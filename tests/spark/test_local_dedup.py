@@ -122,3 +122,33 @@ def test_staging_dedups_local_batches_and_leaves_unsortable_keys_to_spark(spark)
     frame = arrow_to_spark(spark, staged.local)
     prepared = prepare_batch(spec(), frame, run_started_at=T0)
     assert [r.v for r in prepared.select(*table_columns(prepared)).collect()] == ["b"]
+
+
+def spilled(rows: list[dict], page: int) -> "LocalRows":
+    """`rows` staged page by page, each page spilled to its own file (as a large batch is)."""
+    from dagster_incremental.spark.local.rows import LocalRows
+
+    staged = LocalRows(spill_bytes=1)
+    for start in range(0, len(rows), page):
+        staged.add(pa.Table.from_pylist(rows[start:start + page], schema=SCHEMA))
+    return staged.finish()
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(row_st, min_size=1, max_size=30), page=st.integers(1, 7), cursor=st.sampled_from([None, "ts"]))
+def test_a_spilled_batch_keeps_the_row_the_rules_pick_checked_a_file_at_a_time(rows, page, cursor):
+    s = spec(cursor_column=cursor)
+    staged = spilled(rows, page)
+    staged.keep, decided = local_dedup.decide(staged, s)
+    assert decided and staged.table().to_pylist() == reference(rows, s)
+    ascending = all(a["id"] < b["id"] for a, b in zip(rows, rows[1:]))
+    assert (staged.keep is None) == (ascending or len({r["id"] for r in rows}) == len(rows))
+
+
+def test_past_max_sorted_rows_an_unordered_batch_is_left_to_spark_but_ascending_keys_are_not(monkeypatch):
+    monkeypatch.setattr(local_dedup, "MAX_SORTED_ROWS", 4)
+    base = {"region": "eu", "seq": 1, "ts": T0, "v": "a"}
+    ascending = spilled([{**base, "id": i} for i in range(10)], page=3)
+    assert local_dedup.decide(ascending, spec()) == (None, True)  # checked in one pass, any size
+    repeated = spilled([{**base, "id": i % 5} for i in range(10)], page=3)
+    assert local_dedup.decide(repeated, spec()) == (None, False)  # Spark's dedup decides

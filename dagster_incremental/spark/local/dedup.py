@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteSpec, null_key_message
 
 _ARRIVAL = "__di_arrival"
@@ -46,6 +47,46 @@ def decisive_columns(spec: WriteSpec, columns: list[str]) -> list[str]:
     if spec.cursor_column in columns:
         names.append(spec.cursor_column)
     return list(dict.fromkeys(names))
+
+
+# A batch past this many rows whose keys are not already unique and ascending is deduplicated by
+# Spark: the sort in `survivors` holds its decisive columns, their order and the arrival numbers
+# in this process (about 40 bytes a row), and Python's memory is bounded at any volume.
+MAX_SORTED_ROWS = 5_000_000
+
+
+def decide(rows: LocalRows, spec: WriteSpec) -> tuple[np.ndarray | None, bool]:
+    """(the survivors mask or None for every row, whether this module decided): a single integer
+    key already ascending (a first load's ids) is checked one stored chunk at a time; other
+    batches are sorted here up to MAX_SORTED_ROWS rows, and past that, or for a key type Arrow
+    can't sort, left to Spark's dedup (False). `covers(spec, rows.column_names)` must hold."""
+    if _ascending_single_key(rows, spec.primary_key):
+        return None, True
+    if rows.num_rows > MAX_SORTED_ROWS:
+        return None, False
+    try:
+        return survivors(rows.columns(decisive_columns(spec, rows.column_names)), spec), True
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None, False  # a key type Arrow can't sort or group (e.g. a map)
+
+
+def _ascending_single_key(rows: LocalRows, keys: tuple[str, ...]) -> bool:
+    """Whether the one integer key column strictly ascends over the whole batch, without NULLs
+    (then every key is unique): one pass, one chunk's column in memory at a time."""
+    if len(keys) != 1 or not pa.types.is_integer(rows.schema.field(keys[0]).type):
+        return False
+    last = None
+    for column in rows.column_chunks(keys[0]):
+        if column is None or column.null_count:
+            return False
+        for part in column.chunks:
+            values = part.to_numpy()
+            if not len(values):
+                continue
+            if (last is not None and values[0] <= last) or not np.all(values[1:] > values[:-1]):
+                return False
+            last = values[-1]
+    return True
 
 
 def deduplicate(table: pa.Table, spec: WriteSpec) -> pa.Table:

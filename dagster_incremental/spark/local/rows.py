@@ -69,8 +69,11 @@ class LocalRows:
             self._folder = Path(tempfile.mkdtemp(prefix="dagster_incremental_rows_"))
             weakref.finalize(self, shutil.rmtree, self._folder, True)
         path = self._folder / f"{len(self._files):05d}.arrow"
+        # One record batch per file: each column is then one contiguous run of the file, and a
+        # reader of a few columns (the dedup's keys) maps only their pages, not every page
+        # around them (page-sized pages of 1,000-row batches interleave all columns).
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, chunk.schema) as writer:
-            writer.write_table(chunk)
+            writer.write_table(chunk.combine_chunks())
         self._files.append((path, chunk.num_rows))
         self._schemas.append(chunk.schema)
 
@@ -103,6 +106,12 @@ class LocalRows:
             return self._memory
         wanted = pa.schema([self.schema.field(name) for name in names])
         return pa.concat_tables([self._conform(self._select(chunk, names), wanted) for chunk in self._stored(names)])
+
+    def column_chunks(self, name: str) -> Iterator[pa.ChunkedArray | None]:
+        """One column of every row (before dedup), a stored chunk at a time (None where a chunk
+        lacks it): a pass over a column in the memory of one chunk's share of it."""
+        for chunk in self._stored([name]):
+            yield chunk[name] if name in chunk.column_names else None
 
     def chunks(self) -> Iterator[pa.Table]:
         """The surviving rows, chunk by chunk, each in `schema`."""

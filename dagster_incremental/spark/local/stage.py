@@ -171,11 +171,7 @@ def stage_batches(
     rows.finish()
     deduplicated = False
     if not frames and dedup.covers(spec, rows.column_names):
-        decisive = rows.columns(dedup.decisive_columns(spec, rows.column_names))
-        try:
-            rows.keep, deduplicated = dedup.survivors(decisive, spec), True
-        except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            pass  # a key type Arrow can't sort or group (e.g. a map): Spark's dedup does it
+        rows.keep, deduplicated = dedup.decide(rows, spec)
     # (the engine already pinned Spark sources to the last_value it computed)
     return Staged(local=rows, frames=tuple(frames), deduplicated=deduplicated)
 
