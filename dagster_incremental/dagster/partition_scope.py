@@ -129,15 +129,16 @@ def rows_of_partitions(frame: Any, context: Any, column: str, window_column: str
     days, for tenant x day, when the cursor is a plain column)."""
     from pyspark.sql import functions as F
 
+    from dagster_incremental.spark.sql import in_window, quote
+
     tenants = tenant_partitions(context.asset_key.to_user_string(), context.asset_partitions_def, column)
     if tenants is None:  # the upstream's partitions are not tenants: nothing to narrow by
         return frame
     keys = {tenants.tenant(key) for key in _partition_keys(context)}
-    frame = frame.where(F.col(_quoted(column)).isin(sorted(keys)))
+    frame = frame.where(F.col(quote(column)).isin(sorted(keys)))
     if tenants.time_dimension is not None and window_column:
         tw = context.asset_partitions_time_window
-        ref = F.col(_quoted(window_column))
-        frame = frame.where((ref >= F.lit(tw.start)) & (ref < F.lit(tw.end)))
+        frame = frame.where(in_window(F.col(quote(window_column)), tw.start, tw.end))
     return frame
 
 
@@ -148,10 +149,6 @@ def _partition_keys(context: Any) -> list[Any]:
     if isinstance(parts, dg.MultiPartitionsDefinition):
         return [parts.get_partition_key_from_str(str(key)) for key in keys]
     return keys
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 # -- one run --------------------------------------------------------------------------------------

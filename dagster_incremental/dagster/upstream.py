@@ -73,7 +73,7 @@ class UpstreamInputs:
              window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
         """Each parameter's changes as `reads` plans them; window (start, end, column): only the
         changed rows whose column lies in [start, end)."""
-        from dagster_incremental.spark.changes import in_window, read_changes, table_at
+        from dagster_incremental.spark.changes import read_changes, rows_in_window, table_at
 
         out = {}
         for name, read in reads.items():
@@ -84,7 +84,7 @@ class UpstreamInputs:
             )
             frame = read_changes(io.spark, table, read)
             if window is not None:
-                frame = in_window(frame, table, *window)
+                frame = rows_in_window(frame, table, *window)
             out[name] = Changes(
                 table.display, read.kind, read.start, read.end,
                 df=frame, table=table_at(io.spark, table, read.end),

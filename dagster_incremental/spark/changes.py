@@ -64,21 +64,19 @@ def read_changes(spark, table: TableRef, read: UpstreamRead):
     return _net_changes(spark, table, read)
 
 
-def in_window(frame, table: TableRef, start: Any, end: Any, column: str):
+def rows_in_window(frame, table: TableRef, start: Any, end: Any, column: str):
     """The rows of `frame` whose `column` lies in [start, end) (a partition's share of the
     upstream's changes); DataShapeError when the upstream has no such column."""
     from pyspark.sql import functions as F
 
-    from dagster_incremental.spark.sql import quote
-    from dagster_incremental.spark.window_replace import sql_param
+    from dagster_incremental.spark.sql import in_window, quote
 
     if column not in frame.columns:
         raise DataShapeError(
             f"upstream table {table.display} has no column {column!r} (the window_column that places its "
             f"rows in this asset's partitions); its columns: {', '.join(frame.columns)}"
         )
-    ref = F.col(quote(column))
-    return frame.where((ref >= F.lit(sql_param(start))) & (ref < F.lit(sql_param(end))))
+    return frame.where(in_window(F.col(quote(column)), start, end))
 
 
 def table_at(spark, table: TableRef, snapshot_id: int | None):

@@ -13,7 +13,7 @@ from typing import Any
 
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.window_replace import sql_param
+from dagster_incremental.spark.window_replace import window_rows
 from dagster_incremental.spark.write_spec import WindowReplace
 
 _ROWS = "__di_rows"
@@ -52,7 +52,7 @@ def duplicate_keys(
         column, value = F.col(quote(current[0])), current[1]
         frame = frame.where(column.isNull() if value is None else column == F.lit(value))
     if window is not None:
-        frame = frame.where(_inside(window))
+        frame = frame.where(window_rows(window))
     columns = [F.col(quote(k)) for k in keys]
     duplicated = frame.groupBy(*columns).agg(F.count(F.lit(1)).alias(_ROWS)).where(F.col(_ROWS) > 1)
     counted = duplicated.select(*columns, F.count(F.lit(1)).over(Window.partitionBy()).alias(_DUPLICATED))
@@ -80,16 +80,3 @@ def _pinned(spark, table: TableRef, snapshot_id: int | None):
     return spark.sql(f"SELECT * FROM {table.sql} VERSION AS OF {int(snapshot_id)}")
 
 
-def _inside(window: WindowReplace):
-    """[start, end) on the window's column, bounds read as the window replace reads them."""
-    from pyspark.sql import functions as F
-
-    column = F.col(quote(window.column))
-    condition = F.lit(True)
-    for bound, inside in ((window.start, column.__ge__), (window.end, column.__lt__)):
-        if bound is None:
-            continue
-        condition = condition & inside(F.lit(sql_param(bound)))
-    if window.rows_of is not None:  # one tenant's rows
-        condition = condition & (F.col(quote(window.rows_of[0])) == F.lit(window.rows_of[1]))
-    return condition

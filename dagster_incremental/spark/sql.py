@@ -1,11 +1,14 @@
-"""Quoting for Spark SQL: every identifier is quoted, no value ever becomes SQL text."""
+"""Spark SQL helpers: every identifier is quoted, no value ever becomes SQL text, and the one
+window condition ([start, end) of a column) every window of the library uses."""
 
 # Values reach SQL only as named parameters (`spark.sql(text, args={...})`, Spark >= 3.4) or as
-# Column literals; this module only ever renders identifiers.
+# Column literals; this module only ever renders identifiers as text.
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
 
 
 def quote(identifier: str) -> str:
@@ -24,3 +27,23 @@ def column_list(columns: Iterable[str], alias: str | None = None) -> str:
     """`a`, `b` or s.`a`, s.`b`."""
     prefix = f"{alias}." if alias else ""
     return ", ".join(prefix + quote(c) for c in columns)
+
+
+def sql_param(value: Any) -> Any:
+    """A window bound as a SQL parameter or literal; a naive datetime means UTC (as in the cursor engine)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def in_window(ref: Any, start: Any, end: Any) -> Any:
+    """The Column condition `ref` in [start, end) (None: unbounded): every window of the library
+    (a partition's, a backfill's, a slice's) is this one rule."""
+    from pyspark.sql import functions as F
+
+    inside = F.lit(True)
+    if start is not None:
+        inside = inside & (ref >= F.lit(sql_param(start)))
+    if end is not None:
+        inside = inside & (ref < F.lit(sql_param(end)))
+    return inside

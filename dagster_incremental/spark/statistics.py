@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY, PendingCommit, iceberg_table, java_json, write_options
 from dagster_incremental.spark.merge.sql import DELETED
-from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.sql import in_window, quote
 from dagster_incremental.spark.table_metadata import LineageEntry, live_row_count, provable_row_count
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
@@ -329,7 +329,7 @@ def _moved_in(
     after = read(snapshot.snapshot_id)
     ref = F.col(quote(resolve_column(table, after.schema, window.column)))
     names = [resolve_column(table, after.schema, k) for k in keys]
-    inside = _inside(ref, window.start, window.end) & _only(table, after, window.rows_of)
+    inside = in_window(ref, window.start, window.end) & _only(table, after, window.rows_of)
     columns = [F.col(quote(k)) for k in names]
     new = after.where(inside).select(*columns).distinct()
     old = read(snapshot.parent_id).where(~inside).select(*columns)
@@ -374,7 +374,7 @@ def _windowed(
     frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, Any]], sign: int
 ) -> DataFrame:
     """The frame's rows inside any of `windows`, signed, with the index of their window."""
-    inside = [_inside(ref, start, end) for start, end in windows]
+    inside = [in_window(ref, start, end) for start, end in windows]
     index, anywhere = F.when(inside[0], F.lit(0)), inside[0]
     for i, condition in enumerate(inside[1:], start=1):
         index, anywhere = index.when(condition, F.lit(i)), anywhere | condition
@@ -382,16 +382,6 @@ def _windowed(
     return frame.where(anywhere).select(
         index.alias("window"), _row_text(names), *_key_columns(keys), F.lit(sign).alias("sign")
     )
-
-
-def _inside(ref: Any, start: Any, end: Any) -> Any:
-    """`ref` in [start, end) (None: unbounded)."""
-    inside = F.lit(True)
-    if start is not None:
-        inside = inside & (ref >= F.lit(start))
-    if end is not None:
-        inside = inside & (ref < F.lit(end))
-    return inside
 
 
 def _only(table: TableRef, frame: DataFrame, rows_of: tuple[str, Any] | None) -> Any:

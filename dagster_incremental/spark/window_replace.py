@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark import errors as spark_errors
 from dagster_incremental.spark.commit import PendingCommit
-from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.sql import column_list, in_window, quote, sql_param
 from dagster_incremental.spark.statistics import resolve_column
 from dagster_incremental.spark.write_spec import WindowReplace
 
@@ -56,15 +56,15 @@ def replace_window(
     if rows is None:
         rows = spark.createDataFrame([], table_schema)
     source = _window_source(spark, rows, table_schema, column, window)
-    in_window, args = _window_bounds(column, window)
-    condition = f"NOT s.{quote(WINDOW_OP)} AND NOT s.{quote(KEY_DELETE_OP)} AND {in_window}"
+    window_sql, args = _window_bounds(column, window)
+    condition = f"NOT s.{quote(WINDOW_OP)} AND NOT s.{quote(KEY_DELETE_OP)} AND {window_sql}"
     if moved_keys is not None:
         keys = [resolve_column(commit.table, table_schema, k) for k in commit.spec.primary_key]
         source = source.unionByName(_key_delete_rows(moved_keys, table_schema, keys))
         same_key = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
         condition = (
             f"({condition}) OR (s.{quote(KEY_DELETE_OP)} AND {same_key} "
-            f"AND NOT coalesce({in_window}, FALSE))"
+            f"AND NOT coalesce({window_sql}, FALSE))"
         )
     view = f"di_window_{commit.commit_id}"
     source.createOrReplaceTempView(view)
@@ -107,7 +107,7 @@ def _window_source(
         F.lit(False).alias(WINDOW_OP),
         F.lit(False).alias(KEY_DELETE_OP),
     )
-    flag = F.when(_inside(F.col(quote(column)), window), F.lit(True)).otherwise(
+    flag = F.when(window_rows(window, column), F.lit(True)).otherwise(
         F.raise_error(F.lit(_WINDOW_VIOLATION)).cast("boolean")
     )
     source = rows.select(
@@ -118,12 +118,10 @@ def _window_source(
     return source.unionByName(delete_row)
 
 
-def _inside(ref: Column, window: WindowReplace) -> Column:
-    inside = F.lit(True)
-    if window.start is not None:
-        inside = inside & (ref >= F.lit(sql_param(window.start)))
-    if window.end is not None:
-        inside = inside & (ref < F.lit(sql_param(window.end)))
+def window_rows(window: WindowReplace, column: str | None = None) -> Column:
+    """The rows `window` replaces: its column (or `column`, the table's spelling) in
+    [start, end), and with rows_of only that column's value."""
+    inside = in_window(F.col(quote(column or window.column)), window.start, window.end)
     if window.rows_of is not None:
         inside = inside & (F.col(quote(window.rows_of[0])) == F.lit(window.rows_of[1]))
     return inside
@@ -157,8 +155,3 @@ def _key_delete_rows(moved_keys: DataFrame, table_schema: T.StructType, keys: li
     )
 
 
-def sql_param(value: Any) -> Any:
-    """A window bound as a SQL parameter; a naive datetime means UTC (as in the cursor engine)."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -22,6 +21,7 @@ from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CommittedState, CursorGuard, PendingCommit, read_committed_state
 from dagster_incremental.spark.local.write import write_local
+from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
@@ -206,10 +206,8 @@ class TableWriter:
         aligned.createOrReplaceTempView(view)
         try:
             counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
-            if spec.delete_missing and counted is not None and not (counted.rows or counted.tombstones):
-                # An extract without rows is far more often a failed source than an emptied
-                # one: it deletes nothing (a full refresh empties the table on purpose).
-                spec = dataclasses.replace(spec, delete_missing=False)
+            if counted is not None:
+                spec = upsert.for_extract(spec, counted.rows + counted.tombstones)
             text, args = merge.strategy_for(spec).merge_statement(
                 spec,
                 target=pending.target,

@@ -4,6 +4,7 @@ With delete_missing the batch is a full extract and the table's rows it lacks ar
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -36,6 +37,13 @@ class Upsert(SqlMergeStrategy):
 
     def statement(self, spec, target, view, columns, prune, params, run_started_at) -> str:
         return statement(spec, target, view, columns, prune, params)
+
+
+def for_extract(spec: WriteSpec, rows: int) -> WriteSpec:
+    """How a delete_missing upsert writes an extract of `rows` rows (tombstones included): an
+    extract without rows is far more often a failed source than an emptied one, so it deletes
+    nothing (a full refresh empties the table on purpose)."""
+    return dataclasses.replace(spec, delete_missing=False) if spec.delete_missing and not rows else spec
 
 
 def statement(spec: WriteSpec, target: str, view: str, columns: Sequence[str], prune: Prune, params: Params) -> str:
