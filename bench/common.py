@@ -217,9 +217,10 @@ PHASES = (
     # the rest of a run: the asset's compute up to its Output, the IO manager, the checks after it
     "dagster_incremental.dagster.run:Runner._run",
     "dagster_incremental.dagster.io_manager:SparkTableIOManager.handle_output",
-    "dagster_incremental.dagster.io_manager:SparkTableIOManager._compact_if_needed",
+    "dagster_incremental.spark.table_service:TableService._compact_if_needed",
     "dagster_incremental.dagster.checks:primary_key_unique",
     "dagster_incremental.dagster.io_manager:SparkTableIOManager.duplicate_keys",
+    "dagster_incremental.spark.local.dedup:decide",
     "dagster_incremental.spark.local.dedup:survivors",
     "dagster_incremental.spark.local.append:LocalAppend.write_files",
     "dagster_incremental.spark.statistics:row_count",
