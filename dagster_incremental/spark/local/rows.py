@@ -70,8 +70,9 @@ class LocalRows:
             weakref.finalize(self, shutil.rmtree, self._folder, True)
         path = self._folder / f"{len(self._files):05d}.arrow"
         # One record batch per file: each column is then one contiguous run of the file, and a
-        # reader of a few columns (the dedup's keys) maps only their pages, not every page
-        # around them (page-sized pages of 1,000-row batches interleave all columns).
+        # reader of a few columns (the dedup's keys) maps only their pages. With a record batch
+        # per source page, every column's buffers sat between the others' and mapping one column
+        # brought nearly every page of the file into memory.
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, chunk.schema) as writer:
             writer.write_table(chunk.combine_chunks())
         self._files.append((path, chunk.num_rows))
