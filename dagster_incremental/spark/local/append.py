@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dagster_incremental.spark.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -198,15 +199,14 @@ class LocalAppend:
         operation.commit()
 
     def _data_files(self, paths: list[str]) -> list[Any]:
-        """The written files as Iceberg DataFile objects, metrics read from their footers."""
+        """The written files as Iceberg DataFile objects, metrics from their footers."""
         iceberg, jvm = self.table, self.jvm
-        metrics_config = jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg)
+        metrics = FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg))
+        io, spec, data_files = iceberg.io(), iceberg.spec(), jvm.org.apache.iceberg.DataFiles
         built = []
         for path in paths:
-            data_file = iceberg.io().newInputFile(path)
-            metrics = jvm.org.apache.iceberg.parquet.ParquetUtil.fileMetrics(data_file, metrics_config)
-            builder = jvm.org.apache.iceberg.DataFiles.builder(iceberg.spec())
-            built.append(builder.withInputFile(data_file).withFormat("parquet").withMetrics(metrics).build())
+            builder = data_files.builder(spec).withInputFile(io.newInputFile(path))
+            built.append(builder.withFormat("parquet").withMetrics(metrics.of(path)).build())
         return built
 
 

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.local.append import LocalAppend
+from dagster_incremental.spark.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_target
 from dagster_incremental.spark.schema_evolution import fit_table_to_rows
@@ -137,12 +138,10 @@ def _repeated(matched: pa.Table, names: list[str]) -> bool:
 def _write_deletes(target: LocalAppend, touched: Sequence[FileMatch], paths: list[str]) -> list[Any]:
     """One position delete file per touched data file holding its earlier deleted positions
     too (the earlier files are then removed, as Spark's MERGE does); as Iceberg DeleteFiles.
-    Written in parallel threads: most of a file's time is the JVM reading its footer back for
-    the metrics (about 20 ms), which py4j runs on one JVM thread per Python thread."""
+    Written in parallel threads: a file's py4j calls run on one JVM thread per Python thread."""
     jvm, iceberg = target.jvm, target.table
     java = _DeleteFileApi(
-        metrics_config=jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg),
-        parquet_util=jvm.org.apache.iceberg.parquet.ParquetUtil,
+        metrics=FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg)),
         file_metadata=jvm.org.apache.iceberg.FileMetadata,
         spec=iceberg.spec(),
         io=iceberg.io(),
@@ -160,8 +159,7 @@ class _DeleteFileApi:
     """The Java objects every delete file of one commit uses, looked up once (each py4j
     attribute step is a round trip)."""
 
-    metrics_config: Any
-    parquet_util: Any
+    metrics: FooterMetrics
     file_metadata: Any
     spec: Any
     io: Any
@@ -176,7 +174,7 @@ def _delete_file(target: LocalAppend, java: _DeleteFileApi, match: FileMatch, pa
         compression=target.compression, compression_level=target.compression_level,
     )
     written = java.io.newInputFile(path)
-    metrics = java.parquet_util.fileMetrics(written, java.metrics_config)
+    metrics = java.metrics.of(path)
     builder = java.file_metadata.deleteFileBuilder(java.spec).ofPositionDeletes()
     return (builder.withInputFile(written).withFormat("parquet").withMetrics(metrics)
             .withReferencedDataFile(match.file.location).build())
