@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 
 from dagster_incremental.spark.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.local.target import PARQUET_FIELD_ID
 from dagster_incremental.spark.table_ref import TableRef
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
 ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
-_FIELD_ID = b"PARQUET:field_id"
 _PRIMITIVES = {
     "boolean": pa.bool_(),
     "int": pa.int32(),
@@ -78,7 +78,7 @@ def arrow_field(field: Mapping[str, Any]) -> pa.Field:
 
 
 def _with_id(field: pa.Field, field_id: int) -> pa.Field:
-    return field.with_metadata({_FIELD_ID: str(field_id)})
+    return field.with_metadata({PARQUET_FIELD_ID: str(field_id)})
 
 
 @dataclass

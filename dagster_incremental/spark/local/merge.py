@@ -34,7 +34,15 @@ from dagster_incremental.spark.commit import PendingCommit
 from dagster_incremental.spark.local.append import LocalAppend
 from dagster_incremental.spark.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.local.target import FileMatch, TargetPlan, exact_key_type, match_target
+from dagster_incremental.spark.local.target import (
+    DELETE_FILE_PATH_ID,
+    DELETE_POS_ID,
+    PARQUET_FIELD_ID,
+    FileMatch,
+    TargetPlan,
+    exact_key_type,
+    match_target,
+)
 from dagster_incremental.spark.schema_evolution import fit_table_to_rows
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
 
@@ -44,12 +52,10 @@ from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
 # merge wins at every size measured; past 1M rows the bound is this process's memory (the batch
 # and the target's key columns are held in Arrow), so larger batches go to Spark.
 MAX_LOCAL_MERGE_ROWS = 1_000_000
-_FIELD_ID = b"PARQUET:field_id"
-# Iceberg's reserved field ids of a position delete file's columns.
 _DELETE_SCHEMA = pa.schema(
     [
-        pa.field("file_path", pa.string(), nullable=False, metadata={_FIELD_ID: b"2147483546"}),
-        pa.field("pos", pa.int64(), nullable=False, metadata={_FIELD_ID: b"2147483545"}),
+        pa.field("file_path", pa.string(), nullable=False, metadata={PARQUET_FIELD_ID: str(DELETE_FILE_PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={PARQUET_FIELD_ID: str(DELETE_POS_ID).encode()}),
     ]
 )
 
@@ -200,7 +206,7 @@ def _commit(
     referenced = jvm.java.util.ArrayList()
     for match in touched:
         referenced.add(match.file.location)
-        for old in match.file.deletes:
+        for old in match.file.java_deletes():
             delta.removeDeletes(old)
     if plan.snapshot_id is not None:
         delta.validateFromSnapshot(plan.snapshot_id)

@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-_FIELD_ID = b"PARQUET:field_id"
+PARQUET_FIELD_ID = b"PARQUET:field_id"  # where a Parquet field keeps its Iceberg field id
+# Iceberg's reserved field ids of a position delete file's columns.
+DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
 _POS = "__di_pos"
 _DEAD = "__di_dead"
 
@@ -34,8 +37,13 @@ class TargetFile:
     """A data file that may hold batch keys, and the position delete files that apply to it."""
 
     location: str  # as the table's metadata spells it (what a position delete must name)
-    deletes: tuple[Any, ...]  # org.apache.iceberg.DeleteFile objects, all file-scoped positional
-    delete_locations: tuple[str, ...]  # their locations
+    delete_locations: tuple[str, ...]  # its delete files, all file-scoped positional
+    task: Any  # the org.apache.iceberg.FileScanTask that planned it
+
+    def java_deletes(self) -> list[Any]:
+        """Its delete files as org.apache.iceberg.DeleteFile objects (what a commit removes)."""
+        listed = self.task.deletes()  # by index: a py4j iteration ends in an exception pyspark converts slowly
+        return [listed.get(i) for i in range(listed.size())]
 
 
 @dataclass(frozen=True)
@@ -90,17 +98,38 @@ def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa
     if current is None:
         return TargetPlan(None, row_filter, ())
     scan = iceberg.newScan().useSnapshot(current.snapshotId()).filter(row_filter).caseSensitive(case_sensitive)
-    content_files = jvm.org.apache.iceberg.util.ContentFileUtil
+    describe = jvm.org.apache.iceberg.ScanTaskParser.toJson  # one py4j call a task, not ten
     files = []
     for task in _java_iter(scan.planFiles()):
-        listed = task.deletes()  # by index: a py4j iteration ends in an exception pyspark converts slowly
-        deletes = tuple(listed.get(i) for i in range(listed.size()))
-        if any(str(d.content()) != "POSITION_DELETES" or content_files.isDV(d) or not content_files.isFileScoped(d) for d in deletes):
+        described = json.loads(describe(task))
+        data, deletes = described["data-file"], described.get("delete-files", [])
+        if data["file-format"] != "PARQUET" or not all(file_scoped_position_delete(d) for d in deletes):
             return None
-        if str(task.file().format()) != "PARQUET":
-            return None
-        files.append(TargetFile(str(task.file().location()), deletes, tuple(str(d.location()) for d in deletes)))
+        files.append(TargetFile(data["file-path"], tuple(d["file-path"] for d in deletes), task))
     return TargetPlan(current.snapshotId(), row_filter, tuple(files))
+
+
+def file_scoped_position_delete(delete_file: Mapping[str, Any]) -> bool:
+    """Whether a delete file (as Iceberg's ContentFileParser writes it to JSON) is a Parquet
+    position delete file naming one data file: Iceberg's ContentFileUtil.isFileScoped, not a
+    deletion vector. One data file: its referenced data file is set, or its file_path column's
+    lower and upper bounds are equal."""
+    if delete_file.get("content") != "POSITION_DELETES" or delete_file.get("file-format") != "PARQUET":
+        return False
+    if delete_file.get("referenced-data-file"):
+        return True
+    lower = _bound(delete_file.get("lower-bounds"), DELETE_FILE_PATH_ID)
+    return lower is not None and lower == _bound(delete_file.get("upper-bounds"), DELETE_FILE_PATH_ID)
+
+
+def _bound(bounds: Mapping[str, list[Any]] | None, field_id: int) -> str | None:
+    """One field's bound from ContentFileParser's {"keys": [...], "values": [hex, ...]}."""
+    if not bounds:
+        return None
+    for key, value in zip(bounds.get("keys", []), bounds.get("values", [])):
+        if key == field_id:
+            return str(value)
+    return None
 
 
 def match_keys(plan: TargetPlan, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array) -> tuple[list[FileMatch], pa.Table]:
@@ -137,8 +166,8 @@ def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
     """The key columns of one data file, found by Iceberg field id (names may have changed
     since it was written), as the table's names and types."""
     parquet = pq.ParquetFile(path)
-    by_id = {f.metadata.get(_FIELD_ID): f.name for f in parquet.schema_arrow if f.metadata}
-    stored = [by_id.get(f.metadata[_FIELD_ID]) for f in key_fields]
+    by_id = {f.metadata.get(PARQUET_FIELD_ID): f.name for f in parquet.schema_arrow if f.metadata}
+    stored = [by_id.get(f.metadata[PARQUET_FIELD_ID]) for f in key_fields]
     if None in stored:
         return None
     table = parquet.read(columns=stored, use_threads=False)
@@ -148,7 +177,7 @@ def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
 
 def _deleted_positions(file: TargetFile) -> np.ndarray:
     """Positions of `file` its (file-scoped) position delete files remove, sorted, unique."""
-    if not file.deletes:
+    if not file.delete_locations:
         return np.empty(0, dtype=np.int64)
     parts = [pq.read_table(local_path(d), columns=["pos"]).column("pos").to_numpy() for d in file.delete_locations]
     return np.unique(np.concatenate(parts))
