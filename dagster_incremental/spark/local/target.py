@@ -30,6 +30,7 @@ PARQUET_FIELD_ID = b"PARQUET:field_id"  # where a Parquet field keeps its Iceber
 DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
 _POS = "__di_pos"
 _DEAD = "__di_dead"
+_ROW = "__di_row"
 
 
 @dataclass(frozen=True)
@@ -135,31 +136,77 @@ def _bound(bounds: Mapping[str, list[Any]] | None, field_id: int) -> str | None:
 def match_keys(plan: TargetPlan, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array) -> tuple[list[FileMatch], pa.Table]:
     """(the touched files with the positions of the live rows holding a batch key; the matched
     rows' keys with their batch row's tombstone flag in `__di_dead`), read in parallel threads."""
-    batch = keys.append_column(_DEAD, dead)
+    batch = keys.append_column(_DEAD, dead).append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    ordered = _ordered_single_key(batch, key_fields)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        found = list(pool.map(lambda f: _match_file(f, key_fields, batch), plan.files))
+        found = list(pool.map(lambda f: _match_file(f, key_fields, batch, ordered), plan.files))
     touched = [match for match, _ in found if match is not None]
-    matched = [rows for _, rows in found if rows is not None and rows.num_rows]
-    schema = batch.schema
-    return touched, pa.concat_tables(matched) if matched else schema.empty_table()
+    rows = [batch_rows for _, batch_rows in found if batch_rows is not None]
+    matched = batch.select([*keys.column_names, _DEAD])
+    return touched, matched.take(np.concatenate(rows)) if rows else matched.schema.empty_table()
 
 
-def _match_file(file: TargetFile, key_fields: Sequence[pa.Field], batch: pa.Table) -> tuple[FileMatch | None, pa.Table | None]:
-    names = [f.name for f in key_fields]
+def _match_file(
+    file: TargetFile, key_fields: Sequence[pa.Field], batch: pa.Table, ordered: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[FileMatch | None, np.ndarray | None]:
+    """The file's match, and the batch rows of its matched keys (one per matched row)."""
     stored = _key_columns(local_path(file.location), key_fields)
     if stored is None:  # a key column added after this file was written: all NULL, no match
         return None, None
     previous = _deleted_positions(file)
+    found = _match_ascending(stored.column(0), ordered, previous) if ordered is not None else None
+    positions, batch_rows = found if found is not None else _match_joined(stored, batch, previous)
+    if not positions.size:
+        return None, None
+    return FileMatch(file, positions, previous), batch_rows
+
+
+def _ordered_single_key(batch: pa.Table, key_fields: Sequence[pa.Field]) -> tuple[np.ndarray, np.ndarray] | None:
+    """For one integer key: its non-NULL batch values ascending, with their batch rows."""
+    if len(key_fields) != 1 or not pa.types.is_integer(key_fields[0].type):
+        return None
+    values = batch.column(0)
+    rows = pc.indices_nonzero(values.is_valid()).to_numpy().astype(np.int64)
+    present = values.take(rows).to_numpy()
+    order = np.argsort(present, kind="stable")
+    return present[order], rows[order]
+
+
+def _match_ascending(
+    column: pa.ChunkedArray, ordered: tuple[np.ndarray, np.ndarray], previous: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The match by binary search when the file's key column ascends (files loaded in key
+    order: about 5 ms a 1.1M-row file less than the join); None when it does not, or has NULLs."""
+    if column.null_count:
+        return None
+    stored = column.to_numpy()
+    if stored.size > 1 and not np.all(stored[1:] >= stored[:-1]):
+        return None
+    keys, rows = ordered
+    low, high = np.searchsorted(stored, keys, "left"), np.searchsorted(stored, keys, "right")
+    counts = high - low
+    before = np.cumsum(counts) - counts  # matches of the keys before each key
+    positions = np.repeat(low - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+    batch_rows = np.repeat(rows, counts)
+    if previous.size:
+        live = ~np.isin(positions, previous)
+        positions, batch_rows = positions[live], batch_rows[live]
+    order = np.argsort(positions, kind="stable")
+    return positions[order].astype(np.int64), batch_rows[order]
+
+
+def _match_joined(stored: pa.Table, batch: pa.Table, previous: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The match by Arrow's hash join of the file's live rows with the batch."""
+    names = stored.column_names
     stored = stored.append_column(_POS, pa.array(np.arange(stored.num_rows, dtype=np.int64)))
     if previous.size:
         live = np.ones(stored.num_rows, dtype=bool)
         live[previous] = False
         stored = stored.filter(pa.array(live))
-    joined = stored.join(batch, keys=names, join_type="inner", use_threads=False)
-    if not joined.num_rows:
-        return None, None
-    positions = np.sort(joined[_POS].to_numpy())
-    return FileMatch(file, positions, previous), joined.select([*names, _DEAD])
+    joined = stored.join(batch.select([*names, _ROW]), keys=names, join_type="inner", use_threads=False)
+    positions = joined[_POS].to_numpy()
+    order = np.argsort(positions, kind="stable")
+    return positions[order], joined[_ROW].to_numpy()[order]
 
 
 def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
