@@ -181,10 +181,14 @@ class TableService:
         table = batch.spec.table
         files = self.files(table)
         current = self._refuse_stale_writer(batch, asset, files) if batch.check_stale else None
-        if _nothing_to_commit(batch, current) or _nothing_to_create(batch, files):
-            # No rows and the table already holds this cursor (or there is no table and nothing
-            # to create): a commit would change nothing, and Spark is not needed.
-            return self.unchanged(table, files), batch.expected_snapshot_id
+        if _nothing_to_create(batch, files):
+            return _NO_TABLE, batch.expected_snapshot_id  # no rows, no schema, no table
+        if _nothing_to_commit(batch, current):
+            # No rows and the table already holds this cursor: a commit would change nothing
+            # (Spark is not needed), unless a replace must empty the table.
+            unchanged = self.unchanged(table, files)
+            if batch.spec.disposition != "replace" or not unchanged.row_count:
+                return unchanged, batch.expected_snapshot_id
         with files.commit_lock():
             result = self._write_guarded(batch, asset)
             self._compact_if_needed(log, table, result)

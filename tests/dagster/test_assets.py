@@ -596,3 +596,28 @@ def test_columns_carry_descriptions_from_hints_and_the_docstring(spark, instance
         "updated_at": "When the order last changed, in UTC.",
         "note": None,
     }
+
+
+@pytest.mark.parametrize("step", [None, "P400D"], ids=["one run", "sliced"])
+def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, instance, io_manager, config_file, step):
+    """replace: the table holds exactly what the run loaded, also when that is nothing (as
+    dlt truncates a replace table that receives no data); an empty table stays a no-op."""
+    source = [{"id": i, "amount": i, "updated_at": iso(i)} for i in range(1, 4)]
+    name = f"replaced_{'sliced' if step else 'once'}"
+
+    @incremental_asset(name=name, write_disposition="replace", config_path=config_file)
+    def replaced(context: dg.AssetExecutionContext, updated_at: Incremental = incremental("updated_at", initial_value=iso(1), step=step)):
+        return list(source)
+
+    run(replaced, instance, io_manager)
+    assert len(table_rows(spark, io_manager, name)) == 3
+    source.clear()
+    emptied = materialization(run(replaced, instance, io_manager))
+    assert table_rows(spark, io_manager, name) == []
+    assert (emptied["dagster_incremental/rows_deleted"].value, emptied["dagster/row_count"].value) == (3, 0)
+
+    table = io_manager.table_name(dg.AssetKey(name))
+    commits = spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0]
+    again = materialization(run(replaced, instance, io_manager))
+    assert (again["dagster_incremental/rows_deleted"].value, again["dagster/row_count"].value) == (0, 0)
+    assert spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0] == commits  # nothing to empty: no commit
