@@ -336,6 +336,7 @@ class DailyModel:
     table: list[Row] | None = None
     committed: int | None = None  # today's cursor in the table's snapshot lineage
     reported: int | None = None  # today's cursor of Dagster's newest incremental materialization
+    reported_rows: int = 0  # the table's rows when Dagster's cursor was reported (0: resuming it loses nothing)
     clocks: list[int] = field(default_factory=lambda: [1] * DAYS)  # minute within each day
     next_id: int = 0
 
@@ -370,25 +371,30 @@ class DailyModel:
                 for d in range(first, last + 1)}
 
     def open_run(self) -> Counts:
-        """Today's window: continue from today's committed cursor (lag behind it), or, with
-        none in the table, reload the whole window."""
-        if self.committed is None:
+        """Today's window: continue from today's committed cursor (lag behind it), or from
+        Dagster's when the run that made it saw an empty table (resuming loses nothing), or,
+        with neither, reload the whole window."""
+        resumed = self.committed
+        if resumed is None and self.reported is not None and self.reported_rows == 0:
+            resumed = self.reported
+        if resumed is None:
             counts = self.replace_window(TODAY, TODAY)[TODAY]
             batch = self.rows_in(TODAY * DAY, DAYS * DAY)
         else:
-            batch = self.rows_in(max(TODAY * DAY, self.committed - LAG_MINUTES), DAYS * DAY)
+            batch = self.rows_in(max(TODAY * DAY, resumed - LAG_MINUTES), DAYS * DAY)
             by_key = {r[0]: r for r in self.table or []}
             live = [TableModel.as_row(r) for r in batch if not r["deleted"]]
             dead = {r["id"] for r in batch if r["deleted"]}
             counts = Counts(inserted=sum(1 for r in live if r[0] not in by_key),
                             updated=sum(1 for r in live if r[0] in by_key), deleted=len(dead & set(by_key)))
             by_key.update({r[0]: r for r in live})
-            self.table = [r for k, r in by_key.items() if k not in dead]
-        floor = TODAY * DAY if self.committed is None else self.committed
+            if self.table is not None or batch:  # no rows and no table: nothing is created
+                self.table = [r for k, r in by_key.items() if k not in dead]
+        floor = TODAY * DAY if resumed is None else resumed
         cursor = max([r["updated"] for r in batch] + [floor])
         if self.table is not None:
             self.committed = cursor
-        self.reported = cursor
+        self.reported, self.reported_rows = cursor, len(self.table or [])
         return counts
 
     def dropped(self) -> None:
