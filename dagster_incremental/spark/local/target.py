@@ -4,8 +4,9 @@
 # table's own metadata (Iceberg scan planning over the manifests' column bounds) names the data
 # files whose key range overlaps the batch's, with the position delete files that apply to each;
 # pyarrow then reads only the key column of those files, drops the rows the deletes already
-# removed and joins the rest with the batch's keys in Arrow. The result is what a MERGE's join
-# finds: for each touched data file, the positions of the rows the batch replaces or deletes.
+# removed and joins the rest with the batch's keys in Arrow (or, when a file's single integer
+# key ascends, finds them by binary search). The result is what a MERGE's join finds: for each
+# touched data file, the positions of the rows the batch replaces or deletes.
 #
 # Where it applies (`plan_target` says None otherwise and the writer uses Spark's MERGE): every
 # delete file a candidate file has is a file-scoped position delete file (no equality deletes,
