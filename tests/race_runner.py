@@ -3,7 +3,9 @@
 Used by tests/test_race_without_pool.py, which starts several of these at once on one Dagster
 instance with no concurrency pool. The source is a function of the clock, so every process sees
 the same rows at the same moment:
-    RACE_T0, RACE_TICK, RACE_END   tick k (k < RACE_END) exists from RACE_T0 + k * RACE_TICK on
+    RACE_DIR             each process starts its Spark session, writes `ready-<pid>` there, then
+                         waits for `start`, which holds t0 (the test writes it once all are ready)
+    RACE_TICK, RACE_END  tick k (k < RACE_END) exists from t0 + k * RACE_TICK on
     RACE_CONFIG, RACE_CATALOG (catalogs.to_env), RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
 Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
 """
@@ -46,13 +48,7 @@ def main() -> int:
     from catalogs import runner_spark_config
     from dagster_incremental import SparkTableIOManager
 
-    t0, tick, end = float(os.environ["RACE_T0"]), float(os.environ["RACE_TICK"]), int(os.environ["RACE_END"])
-    assets = [
-        source_asset(asset_name(s), os.environ["RACE_CONFIG"], s,
-                     lambda s=s: source_rows(s, ticks_now(t0, tick, end)),
-                     merge_key="id" if s == "scd2" else None)
-        for s in STRATEGIES
-    ]
+    tick, end = float(os.environ["RACE_TICK"]), int(os.environ["RACE_END"])
     catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
     io = SparkTableIOManager(
         catalog=catalog, namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
@@ -60,6 +56,14 @@ def main() -> int:
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                       "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
+    io.spark.sql("SELECT 1").collect()  # the JVM and SparkContext start before the race, not in it
+    t0 = _wait_for_start(Path(os.environ["RACE_DIR"]))
+    assets = [
+        source_asset(asset_name(s), os.environ["RACE_CONFIG"], s,
+                     lambda s=s: source_rows(s, ticks_now(t0, tick, end)),
+                     merge_key="id" if s == "scd2" else None)
+        for s in STRATEGIES
+    ]
     deadline = t0 + end * tick
     with dg.DagsterInstance.get() as instance:
         while True:
@@ -70,6 +74,15 @@ def main() -> int:
             if last:
                 return 0
             time.sleep(random.random() * 0.5)
+
+
+def _wait_for_start(folder: Path) -> float:
+    """Say this process is ready, then wait for the start time the test writes."""
+    (folder / f"ready-{os.getpid()}").write_text("")
+    start = folder / "start"
+    while not start.exists():  # the test renames it into place whole
+        time.sleep(0.05)
+    return float(start.read_text())
 
 
 def _report(result) -> None:

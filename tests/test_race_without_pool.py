@@ -43,14 +43,17 @@ def race(spark, catalog, tmp_path_factory):
     config = str(config)
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))):
         pass  # create the instance's databases once, before four processes open them at once
-    t0 = time.time() + 10  # most of the processes' JVM start falls before the first tick
+    race_dir = base / "race"
+    race_dir.mkdir()
     env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_CATALOG=to_env(catalog), RACE_WAREHOUSE=catalog.warehouse,
-               RACE_NAMESPACE=namespace, RACE_T0=str(t0), RACE_TICK=str(TICK), RACE_END=str(END),
+               RACE_NAMESPACE=namespace, RACE_DIR=str(race_dir), RACE_TICK=str(TICK), RACE_END=str(END),
                SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "race_runner.py")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(PROCESSES)]
-    outs = [p.communicate(timeout=600) for p in procs]
+    logs = [(race_dir / f"{i}.out", race_dir / f"{i}.err") for i in range(PROCESSES)]
+    procs = [_runner(env, out, err) for out, err in logs]  # files, not pipes: nobody reads a pipe meanwhile
+    _start_when_ready(race_dir, procs, [err for _, err in logs])
+    for p in procs:
+        p.wait(timeout=600)
+    outs = [(out.read_text(), err.read_text()) for out, err in logs]
     io = catalog.io_manager(namespace)
     full = {s: source_rows(s, END) for s in STRATEGIES}
     assets = {s: source_asset(asset_name(s), config, s, lambda s=s: full[s], merge_key="id" if s == "scd2" else None)
@@ -59,6 +62,27 @@ def race(spark, catalog, tmp_path_factory):
         for s in STRATEGIES:
             spark.sql(f"REFRESH TABLE {table_id(io, asset_name(s))}")  # other processes wrote the tables
         yield instance, io, assets, full, outs
+
+
+def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
+    with out.open("w") as stdout, err.open("w") as stderr:
+        return subprocess.Popen([sys.executable, str(ROOT / "tests" / "race_runner.py")], env=env, cwd=ROOT,
+                                stdout=stdout, stderr=stderr)
+
+
+def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[Path]) -> None:
+    """Start the source's clock once every process has its Spark session, however slow the
+    machine: all of them race from the first tick."""
+    deadline = time.time() + 300
+    while len(list(race_dir.glob("ready-*"))) < len(procs):
+        if any(p.poll() is not None for p in procs) or time.time() > deadline:
+            for p in procs:
+                p.kill()
+                p.wait()
+            pytest.fail("a race process ended or hung before the race:\n" + "\n".join(e.read_text()[-3000:] for e in errs))
+        time.sleep(0.1)
+    (race_dir / "start.tmp").write_text(str(time.time() + 0.5))
+    (race_dir / "start.tmp").rename(race_dir / "start")
 
 
 def _steps(outs, name: str) -> list[str]:
