@@ -3,9 +3,10 @@
 Used by tests/test_race_without_pool.py, which starts several of these at once on one Dagster
 instance with no concurrency pool. The source is a function of the clock, so every process sees
 the same rows at the same moment:
-    RACE_DIR             each process starts its Spark session, writes `ready-<pid>` there, then
-                         waits for `start`, which holds t0 (the test writes it once all are ready)
-    RACE_TICK, RACE_END  tick k (k < RACE_END) exists from t0 + k * RACE_TICK on
+    RACE_DIR    each process starts its Spark session, writes `ready-<pid>` there, then waits for
+                `start`, which holds t0 (the test writes it once all are ready); the test later
+                writes `end`, the tick count at which the source stops growing
+    RACE_TICK   tick k (k < end) exists from t0 + k * RACE_TICK on
     RACE_CONFIG, RACE_CATALOG (catalogs.to_env), RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
 Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
 """
@@ -16,6 +17,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -23,8 +25,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 STRATEGIES = ("append", "upsert", "delete-insert", "scd2")
 
 
-def ticks_now(t0: float, tick: float, end: int) -> int:
-    return max(0, min(end, int((time.time() - t0) / tick) + 1))
+@dataclass(frozen=True)
+class RaceClock:
+    """The source's clock, shared by the processes through the files in `folder`."""
+
+    folder: Path
+    tick: float
+    t0: float
+
+    @classmethod
+    def when_started(cls, folder: Path, tick: float) -> RaceClock:
+        """Say this process is ready, then wait for the start time the test writes."""
+        (folder / f"ready-{os.getpid()}").write_text("")
+        start = folder / "start"
+        while not start.exists():  # the test renames it into place whole
+            time.sleep(0.05)
+        return cls(folder, tick, float(start.read_text()))
+
+    def end(self) -> int | None:
+        path = self.folder / "end"
+        return int(path.read_text()) if path.exists() else None
+
+    def ticks(self) -> int:
+        """The source's ticks so far: one per `tick` seconds from t0, up to the end once set."""
+        now = max(0, int((time.time() - self.t0) / self.tick) + 1)
+        end = self.end()
+        return now if end is None else min(now, end)
+
+    def stopped(self) -> bool:
+        end = self.end()
+        return end is not None and time.time() > self.t0 + end * self.tick
 
 
 def source_rows(strategy: str, ticks: int) -> list[dict]:
@@ -48,7 +78,6 @@ def main() -> int:
     from catalogs import runner_spark_config
     from dagster_incremental import SparkTableIOManager
 
-    tick, end = float(os.environ["RACE_TICK"]), int(os.environ["RACE_END"])
     catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
     io = SparkTableIOManager(
         catalog=catalog, namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
@@ -57,32 +86,22 @@ def main() -> int:
                       "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
     io.spark.sql("SELECT 1").collect()  # the JVM and SparkContext start before the race, not in it
-    t0 = _wait_for_start(Path(os.environ["RACE_DIR"]))
+    clock = RaceClock.when_started(Path(os.environ["RACE_DIR"]), float(os.environ["RACE_TICK"]))
     assets = [
         source_asset(asset_name(s), os.environ["RACE_CONFIG"], s,
-                     lambda s=s: source_rows(s, ticks_now(t0, tick, end)),
+                     lambda s=s: source_rows(s, clock.ticks()),
                      merge_key="id" if s == "scd2" else None)
         for s in STRATEGIES
     ]
-    deadline = t0 + end * tick
     with dg.DagsterInstance.get() as instance:
         while True:
-            last = time.time() > deadline  # one more round after the source stopped growing
+            last = clock.stopped()  # one more round after the source stopped growing
             result = dg.materialize(assets, instance=instance, resources={"io_manager": io},
                                     run_config=QUIET, raise_on_error=False)
             _report(result)
             if last:
                 return 0
             time.sleep(random.random() * 0.5)
-
-
-def _wait_for_start(folder: Path) -> float:
-    """Say this process is ready, then wait for the start time the test writes."""
-    (folder / f"ready-{os.getpid()}").write_text("")
-    start = folder / "start"
-    while not start.exists():  # the test renames it into place whole
-        time.sleep(0.05)
-    return float(start.read_text())
 
 
 def _report(result) -> None:

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 4
 TICK = 0.1  # seconds per source tick
-END = 250  # ticks: the source grows for 25 s once the race starts
+COMMITS = 3  # the source grows until each asset has this many successful runs ...
+RACE = (20, 150)  # ... and at least 20 s, at most 150 s (a slow machine runs fewer rounds a second)
 
 
 @pytest.fixture(scope="module")
@@ -46,22 +47,23 @@ def race(spark, catalog, tmp_path_factory):
     race_dir = base / "race"
     race_dir.mkdir()
     env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_CATALOG=to_env(catalog), RACE_WAREHOUSE=catalog.warehouse,
-               RACE_NAMESPACE=namespace, RACE_DIR=str(race_dir), RACE_TICK=str(TICK), RACE_END=str(END),
+               RACE_NAMESPACE=namespace, RACE_DIR=str(race_dir), RACE_TICK=str(TICK),
                SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
     logs = [(race_dir / f"{i}.out", race_dir / f"{i}.err") for i in range(PROCESSES)]
     procs = [_runner(env, out, err) for out, err in logs]  # files, not pipes: nobody reads a pipe meanwhile
-    _start_when_ready(race_dir, procs, [err for _, err in logs])
+    t0 = _start_when_ready(race_dir, procs, [err for _, err in logs])
+    end = _stop_source(race_dir, t0, [out for out, _ in logs])
     for p in procs:
         p.wait(timeout=600)
     outs = [(out.read_text(), err.read_text()) for out, err in logs]
     io = catalog.io_manager(namespace)
-    full = {s: source_rows(s, END) for s in STRATEGIES}
+    full = {s: source_rows(s, end) for s in STRATEGIES}
     assets = {s: source_asset(asset_name(s), config, s, lambda s=s: full[s], merge_key="id" if s == "scd2" else None)
               for s in STRATEGIES}
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         for s in STRATEGIES:
             spark.sql(f"REFRESH TABLE {table_id(io, asset_name(s))}")  # other processes wrote the tables
-        yield instance, io, assets, full, outs
+        yield instance, io, assets, full, outs, end
 
 
 def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
@@ -70,7 +72,7 @@ def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
                                 stdout=stdout, stderr=stderr)
 
 
-def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[Path]) -> None:
+def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[Path]) -> float:
     """Start the source's clock once every process has its Spark session, however slow the
     machine: all of them race from the first tick."""
     deadline = time.time() + 300
@@ -81,8 +83,30 @@ def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[
                 p.wait()
             pytest.fail("a race process ended or hung before the race:\n" + "\n".join(e.read_text()[-3000:] for e in errs))
         time.sleep(0.1)
-    (race_dir / "start.tmp").write_text(str(time.time() + 0.5))
-    (race_dir / "start.tmp").rename(race_dir / "start")
+    t0 = time.time() + 0.5
+    _write_whole(race_dir / "start", str(t0))
+    return t0
+
+
+def _stop_source(race_dir: Path, t0: float, outs: list[Path]) -> int:
+    """Stop the source's growth once every asset has COMMITS successful runs in the race (and
+    RACE[0] s have passed; RACE[1] s at most): its end, one second ahead of any tick a process
+    has seen, so no process ever saw a row the end leaves out."""
+    while True:
+        elapsed = time.time() - t0
+        lines = [line for out in outs for line in out.read_text().splitlines()]
+        fewest = min(sum(line == f"STEP_OK {asset_name(s)}" for line in lines) for s in STRATEGIES)
+        if elapsed >= RACE[1] or (elapsed >= RACE[0] and fewest >= COMMITS):
+            end = int(elapsed / TICK) + 1 + int(1 / TICK)
+            _write_whole(race_dir / "end", str(end))
+            return end
+        time.sleep(0.5)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Readers see the file whole or not at all."""
+    path.with_suffix(".tmp").write_text(text)
+    path.with_suffix(".tmp").rename(path)
 
 
 def _steps(outs, name: str) -> list[str]:
@@ -91,12 +115,12 @@ def _steps(outs, name: str) -> list[str]:
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_racing_processes_double_and_lose_no_row(strategy, spark, race, catalog):
-    instance, io, assets, full, outs = race
+    instance, io, assets, full, outs, end = race
     name = asset_name(strategy)
     steps = _steps(outs, name)
     logs = "\n".join(out[-3000:] + err[-3000:] for out, err in outs)
-    # progress: several rounds committed (a loaded machine runs only ~4 rounds in the 25 s)
-    assert sum(s.startswith("STEP_OK") for s in steps) >= 3, f"too few successful runs:\n{logs}"
+    # progress: several racing runs committed while the source grew
+    assert sum(s.startswith("STEP_OK") for s in steps) >= COMMITS, f"too few successful runs in {RACE[1]} s:\n{logs}"
     for line in steps:
         if line.startswith("STEP_FAILED"):  # a lost race, and only that, fails a run
             assert "another run" in line and "committed" in line, line
@@ -115,14 +139,14 @@ def test_racing_processes_double_and_lose_no_row(strategy, spark, race, catalog)
     else:
         got = rows(spark, io, name, ["id", "amount", "updated"])
         assert got == expected, f"{len(got)} rows, {len(expected)} expected: a row was lost or doubled"
-    assert committed_states(spark, io, name)[-1]["last_value"] == END - 1
+    assert committed_states(spark, io, name)[-1]["last_value"] == end - 1
     assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
-    assert dagster_state(instance, name)["last_value"] == END - 1
+    assert dagster_state(instance, name)["last_value"] == end - 1
 
 
 def test_the_processes_did_race(race):
     """Guards the test itself: runs did lose races (else it would prove nothing)."""
-    _, _, _, _, outs = race
+    outs = race[4]
     lost = [line for out, _ in outs for line in out.splitlines() if line.startswith("STEP_FAILED")]
     assert lost, "no run lost a race: the processes did not overlap"
 
