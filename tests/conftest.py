@@ -8,12 +8,23 @@ import sys
 import tempfile
 
 import pytest
+from hypothesis import settings
 
 # Keep Spark on loopback: no UI, no binding to the machine's public interface.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use the test interpreter
 
 TEST_CATALOG = "lake"
+
+# The suite runs on two workers (README): a property's examples may take longer than Hypothesis's
+# 200 ms deadline on a busy machine, and their speed is not what any property asserts.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
+# Modules of a minute or more (processes racing, a cluster, the example, long model runs): they
+# start first, so that the two workers finish together instead of one running them at the end.
+SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "test_model_based",
+              "test_exactly_once", "test_faults", "test_concurrency", "test_code_location")
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +97,9 @@ def instance():
 def pytest_collection_modifyitems(items):
     """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
-    suite without anyone having to remember the marker."""
+    suite without anyone having to remember the marker. SLOW_FIRST modules go first."""
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
+    slow = {name: rank for rank, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: slow.get(item.module.__name__.rsplit(".", 1)[-1], len(slow)))

@@ -137,7 +137,7 @@ class _Run:
     redactor: Redactor
     changes: Mapping[str, Any] = field(default_factory=dict)  # each `Changes` parameter's read (this slice's)
     change_reads: Sequence[Mapping[str, Any]] = ()  # per slice: what each `Changes` parameter reads
-    window: tuple[Any, Any, str] | None = None  # a partitioned `Changes` asset's window (start, end, column)
+    changes_window: tuple[Any, Any, str] | None = None  # a partitioned `Changes` asset's window (start, end, column)
 
     @property
     def asset(self) -> str:
@@ -217,7 +217,7 @@ class Runner:
         reads = self.upstream.plan(run.io, _unchanged_state(stored, plan.scope), restart,
                                    self.settings.upstream_commits_per_slice)
         window = (*plan.window, column) if plan.window is not None and column else None
-        return dataclasses.replace(run, change_reads=reads, window=window)
+        return dataclasses.replace(run, change_reads=reads, changes_window=window)
 
     def _run_slices(self, run: _Run, whole: Runs, windows: list[Window], in_force: AssetState, expected: int | None):
         """Load and commit each slice in order, each expecting the snapshot the one before left.
@@ -244,7 +244,7 @@ class Runner:
     def _reading_changes(self, run: _Run, index: int) -> _Run:
         """`run` with slice `index`'s Changes, read now: a later slice's read waits for its turn."""
         with user_errors(run.asset, run.redactor):
-            changes = self.upstream.read(run.context, run.io, run.change_reads[index - 1], run.window)
+            changes = self.upstream.read(run.context, run.io, run.change_reads[index - 1], run.changes_window)
         return dataclasses.replace(run, changes=changes)
 
     def _span(self, run: _Run, runs: Runs) -> str | None:
