@@ -138,6 +138,7 @@ class _Run:
     changes: Mapping[str, Any] = field(default_factory=dict)  # each `Changes` parameter's read (this slice's)
     change_reads: Sequence[Mapping[str, Any]] = ()  # per slice: what each `Changes` parameter reads
     changes_window: tuple[Any, Any, str] | None = None  # a partitioned `Changes` asset's window (start, end, column)
+    collect_up_to: int = 0  # rows of a Spark output to collect for the local write (UpstreamInputs.rows_to_collect)
 
     @property
     def asset(self) -> str:
@@ -243,9 +244,10 @@ class Runner:
 
     def _reading_changes(self, run: _Run, index: int) -> _Run:
         """`run` with slice `index`'s Changes, read now: a later slice's read waits for its turn."""
+        reads = run.change_reads[index - 1]
         with user_errors(run.asset, run.redactor):
-            changes = self.upstream.read(run.context, run.io, run.change_reads[index - 1], run.changes_window)
-        return dataclasses.replace(run, changes=changes)
+            changes = self.upstream.read(run.context, run.io, reads, run.changes_window)
+        return dataclasses.replace(run, changes=changes, collect_up_to=self.upstream.rows_to_collect(run.io, reads))
 
     def _span(self, run: _Run, runs: Runs) -> str | None:
         """What a slice covered, as its log line shows it (None: the run is not sliced)."""
@@ -275,7 +277,7 @@ class Runner:
         output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
         io, spec = run.io, run.spec
         staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background,
-                               collect_frames_up_to=_small_change_rows(run.changes))
+                               collect_frames_up_to=run.collect_up_to)
         frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         check_rows(run.asset, frame, run.plan.rows_of)  # a tenant's run is refused another tenant's rows
         return frame, staged.deduplicated
@@ -576,19 +578,6 @@ def full_refresh_instructions(op_name: str) -> str:
 
 def _partitioned(context) -> bool:
     return context.has_partition_key or context.has_partition_key_range
-
-
-# A transformation of an upstream's changes rarely outgrows them: collected to Arrow up to this
-# many rows, its write takes the local merge (see bench/README.md, the chain).
-SMALL_CHANGE_ROWS = 200_000
-
-
-def _small_change_rows(changes: Mapping[str, Any]) -> int:
-    """How many rows of the function's Spark output to collect for the local write: none on a
-    first run or full refresh (every upstream row), else up to SMALL_CHANGE_ROWS."""
-    if not changes or any(c.kind == "full" for c in changes.values()):
-        return 0
-    return SMALL_CHANGE_ROWS
 
 
 def _last_run(stored: StoredState | None) -> datetime | None:

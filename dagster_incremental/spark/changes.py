@@ -45,6 +45,27 @@ def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None
     return history, current.snapshotId() if current is not None else None
 
 
+# Snapshot summary counts of the rows a commit wrote: new rows and rows it deleted by position or
+# equality (a merge-on-read update writes one of each; copy-on-write counts whole rewritten files).
+_WRITTEN_ROWS = ("added-records", "added-position-deletes", "added-equality-deletes")
+
+
+def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
+    """How many rows `commits` wrote, by their snapshot summaries (no Spark job), counted until
+    the sum passes `above`: an upper bound of the rows the read of those commits returns."""
+    iceberg = iceberg_table(spark, table)
+    total = 0
+    for snapshot_id in commits:
+        snapshot = iceberg.snapshot(snapshot_id)
+        if snapshot is None:  # expired meanwhile: unknown, so past any bound
+            return above + 1
+        summary = snapshot.summary()
+        total += sum(int(summary.get(key) or 0) for key in _WRITTEN_ROWS)
+        if total > above:
+            break
+    return total
+
+
 def read_changes(spark, table: TableRef, read: UpstreamRead):
     """The rows `read` covers, with `_change_type` (see the module docstring)."""
     from pyspark.sql import functions as F

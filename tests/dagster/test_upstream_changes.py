@@ -173,3 +173,40 @@ def test_three_asset_chain_passes_one_change_through(spark, instance, io_manager
     for r in source:
         expected[r["day"]] = expected.get(r["day"], 0) + 2 * r["amount"]
     assert table(spark, io_manager, "revenue_by_day", "day", "revenue") == sorted(expected.items())
+
+
+@pytest.mark.parametrize("new_rows", [10, 2], ids=["past-the-bound-spark-writes", "collected-written-locally"])
+def test_a_change_run_computes_the_functions_spark_output_once(spark, instance, io_manager, config_file,
+                                                               monkeypatch, tmp_path, new_rows):
+    """A function's Spark output is collected for the local write only when the upstream commits
+    read wrote few rows (their snapshot summaries say how many; the bound is 5 here); a larger
+    change goes to Spark's write directly, so the output is computed once, not collected in vain
+    first. The function's own UDF writes a line per row it computes (a file, not an accumulator:
+    a task a limit stops early never reports its accumulator updates)."""
+    from dagster_incremental.dagster import upstream
+
+    monkeypatch.setattr(upstream, "SMALL_CHANGE_ROWS", 5)
+    source = [{"id": i, "amount": i, "seq": i} for i in range(1, 4)]
+    log = tmp_path / "computed.txt"
+    log.touch()
+
+    def seen(amount):
+        with open(log, "a") as out:
+            out.write(f"{amount}\n")
+        return amount
+
+    @incremental_asset(config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(config_path=config_file, write_disposition="append")
+    def doubled(orders: Changes):
+        return orders.upserts().select("id", F.udf(seen, "long")("amount").alias("amount"))
+
+    assert run([orders, doubled], instance, io_manager).success
+    before = len(log.read_text().splitlines())
+    source += [{"id": i, "amount": i, "seq": i} for i in range(4, 4 + new_rows)]
+    result = run([orders, doubled], instance, io_manager)
+    assert result.success, failure_text(result)
+    assert sorted(map(int, log.read_text().splitlines()[before:])) == list(range(4, 4 + new_rows))  # each once
+    assert table(spark, io_manager, "doubled", "id", "amount") == [(i, i) for i in range(1, 4 + new_rows)]
