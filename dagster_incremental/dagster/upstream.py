@@ -97,7 +97,7 @@ class UpstreamInputs:
 
     def rows_to_collect(self, io, reads: Mapping[str, UpstreamRead]) -> int:
         """How many rows of the function's Spark output to collect for the local write: none on
-        a first run or full refresh (every upstream row) nor when the commits read wrote more
+        a first run or full refresh (every upstream row) nor when the commits read touched more
         than SMALL_CHANGE_ROWS rows (the output would then be computed twice: collected in
         vain, then written by Spark), else up to SMALL_CHANGE_ROWS."""
         from dagster_incremental.spark.changes import rows_written

@@ -45,14 +45,16 @@ def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None
     return history, current.snapshotId() if current is not None else None
 
 
-# Snapshot summary counts of the rows a commit wrote: new rows and rows it deleted by position or
-# equality (a merge-on-read update writes one of each; copy-on-write counts whole rewritten files).
-_WRITTEN_ROWS = ("added-records", "added-position-deletes", "added-equality-deletes")
+# Snapshot summary counts of the rows a commit touched: rows in the data files it added and
+# removed, rows it deleted by position or equality (a merge-on-read update adds a row and a
+# position delete; a copy-on-write one counts its rewritten files' rows twice).
+_WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
 
 
 def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
-    """How many rows `commits` wrote, by their snapshot summaries (no Spark job), counted until
-    the sum passes `above`: an upper bound of the rows the read of those commits returns."""
+    """How many rows `commits` touched, by their snapshot summaries (no Spark job), counted until
+    the sum passes `above`: what bounds the rows the read of those commits returns (but for
+    equality deletes, each of which may match several rows)."""
     iceberg = iceberg_table(spark, table)
     total = 0
     for snapshot_id in commits:
