@@ -38,11 +38,16 @@ class IncrementalSettingsWarning(UserWarning):
 
 
 class CursorRowError(IncrementalError):
-    """A row the cursor cannot place: `cursor_path` and the row's `value` there (None if absent)."""
+    """A row the cursor cannot place: `cursor_path` and the row's `value` there (None if absent).
 
-    def __init__(self, message: str, *, cursor_path: str | None = None, value: Any = None) -> None:
+    `setting`: the cursor option the message blames ("cursor_path", "initial_value", ...; None when
+    the rows are at fault), so the asset layer can add where that option is set.
+    """
+
+    def __init__(self, message: str, *, cursor_path: str | None = None, value: Any = None,
+                 setting: str | None = None) -> None:
         super().__init__(message)
-        self.cursor_path, self.value = cursor_path, value
+        self.cursor_path, self.value, self.setting = cursor_path, value, setting
 
 
 class CursorPathMissing(CursorRowError):
@@ -60,12 +65,12 @@ class CursorTypeError(CursorRowError, TypeError):
 class PrimaryKeyMissing(IncrementalError):
     """A row lacks a column of the dedup key (primary key) used for boundary deduplication.
 
-    `columns`: the key columns the row or frame lacks.
+    `columns`: the key columns the row or frame lacks; `cursor_path`: the cursor whose key it is.
     """
 
-    def __init__(self, message: str, *, columns: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, *, columns: Sequence[str] = (), cursor_path: str | None = None) -> None:
         super().__init__(message)
-        self.columns = tuple(columns)
+        self.columns, self.cursor_path = tuple(columns), cursor_path
 
 
 class CursorStateMismatch(IncrementalError):

@@ -93,9 +93,9 @@ def row_dedup_key(row: Mapping[str, Any], dedup_key: DedupKey, *, where: str = "
         value = row.get(column, MISSING) if isinstance(row, Mapping) else getattr(row, column, MISSING)
         if value is MISSING:
             raise PrimaryKeyMissing(
-                f"The dedup key column {column!r} (primary_key {list(dedup_key)}) is missing in "
-                f"{where or 'a row'}: {_short(row)}. Add the column, set primary_key to columns every "
-                "row has, or primary_key=() to disable boundary dedup.",
+                f"The primary key column {column!r} (primary_key {list(dedup_key)}) is missing in "
+                f"{where or 'a row'}: {_short(row)}. Add the column to every row, or set primary_key to the "
+                "columns that identify a row.",
                 columns=[column],
             )
         values.append(value)

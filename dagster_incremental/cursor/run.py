@@ -4,6 +4,7 @@ last_value, boundary keys, out-of-range flags) and filters every input kind thro
 
 from __future__ import annotations
 
+import difflib
 import sys
 from datetime import datetime
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +27,7 @@ from dagster_incremental.errors import (
     CursorTypeError,
     CursorValueNone,
     IncrementalConfigError,
+    PrimaryKeyMissing,
 )
 
 DICT_CHUNK = 1000  # single dict rows from filter_batches are filtered in chunks of this size
@@ -533,27 +535,102 @@ class IncrementalRun(Incremental):
         return decision.keep
 
     def missing_error(self, row: Any, missing: bool, where: str) -> Exception:
+        """One row without a cursor value (others have one): the data is at fault."""
         path = self.spec.cursor_path
+        policy = ("Give every row a value there, or set on_cursor_value_missing = 'include' to load rows "
+                  "without one too (the cursor cannot place them: each is loaded whenever the source returns it)")
         if missing:
-            return CursorPathMissing(
-                f"cursor_path {path!r} is missing in {where}: {_short(row)}. Fix the data, or set "
-                "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them).",
-                cursor_path=path,
-            )
-        return CursorValueNone(
-            f"cursor_path {path!r} is None in {where}: {_short(row)}. Fix the data, or set "
-            "on_cursor_value_missing='include' (keep such rows) or 'exclude' (drop them).",
-            cursor_path=path,
+            return CursorPathMissing(f"cursor_path {path!r} is missing in {where}: {_short(row)}. {policy}.",
+                                     cursor_path=path)
+        return CursorValueNone(f"cursor_path {path!r} is None in {where}: {_short(row)}. {policy}.",
+                               cursor_path=path)
+
+    def absent_column_error(self, columns: Sequence[str], row: Any) -> CursorPathMissing:
+        """No row of the batch has the cursor column: cursor_path names the wrong column, and
+        on_cursor_value_missing = 'include' would load every row in every run, so it is not offered."""
+        path, column = self.spec.cursor_path, self.spec.path.column or self.spec.cursor_path
+        guesses = self._cursor_columns(column, [str(c) for c in columns], row)
+        mean = f" Did you mean {' or '.join(map(repr, guesses))}?" if guesses else ""
+        return CursorPathMissing(
+            f"cursor_path {path!r}: the batch has no column {column!r} (its columns: {', '.join(map(str, columns))}; "
+            f"row 0: {_short(row)}).{mean} Set cursor_path to the column that holds each row's cursor value.",
+            cursor_path=path, setting="cursor_path",
         )
 
+    def _cursor_columns(self, column: str, columns: list[str], row: Any) -> list[str]:
+        """Columns cursor_path may have meant: names close to it, else the columns whose value in
+        `row` has the cursor's type (a date or timestamp while the type is unknown)."""
+        close = difflib.get_close_matches(column, columns, n=2, cutoff=0.5)
+        if close or not isinstance(row, Mapping):
+            return close
+        wanted = {self.cursor_type} if self.cursor_type else {"date", "timestamp"}
+        return [c for c in columns if cv.detect_type(row.get(c)) in wanted][:2]
+
+    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str, row: Any = None) -> PrimaryKeyMissing:
+        """Rows without their primary key: the cursor needs it to know which rows at its start value
+        were loaded already (and a merge to find the row in the table), so dropping the key is no fix."""
+        own = self.spec.primary_key is not None
+        key = list(self.dedup_key) if self.dedup_key != CONTENT else []
+        guesses = [g for m in missing for g in difflib.get_close_matches(m, [str(c) for c in columns], n=1)]
+        mean = f"; did you mean {', '.join(map(repr, guesses))}?" if guesses else ""
+        shown = f": {_short(row)}" if row is not None else ""
+        whose = f"the primary_key of cursor {self.spec.cursor_path!r}" if own else "primary_key"
+        return PrimaryKeyMissing(
+            f"{whose} {key}: {where} of the batch has no column "
+            f"{', '.join(map(repr, missing))}{shown} (its columns: {', '.join(map(str, columns))}{mean}). Every row needs "
+            "its primary key: it tells which rows at the cursor's start value were loaded already"
+            + ("" if own else ", and a merge finds the row to update by it")
+            + f". Add {', '.join(map(repr, missing))} to every row, or set {whose} to the columns that identify a row.",
+            columns=missing, cursor_path=self.spec.cursor_path,
+        )
+
+    def type_source(self) -> str | None:
+        """The cursor option that gave the cursor its type (None: the rows or the stored state)."""
+        spec = self.spec
+        if spec.formats:
+            return "cursor_datetime_formats"
+        if spec.cursor_type is not None:
+            return "cursor_type"
+        for key in ("initial_value", "end_value"):
+            value = getattr(spec, key)
+            if value is not None and cv.detect_type(value) == self.cursor_type:
+                return key
+        return None
+
     def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
+        source = self.type_source()
         return CursorTypeError(
-            f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}) "
-            f"in {where} cannot be compared with the {self.cursor_type} cursor: {reason}. Row: "
-            f"{_short(row)}. Convert the column to one type (or set cursor_type=...).",
+            f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}, "
+            f"{cv.what_value_is(value)}) in {where} of the batch cannot be compared with the {self.cursor_type} "
+            f"cursor: {reason}. Row: {_short(row)}. {self._type_advice(value, source)}",
             cursor_path=self.spec.cursor_path,
             value=value,
+            setting="cursor_datetime_formats" if cv.matching_formats(value) else source,
         )
+
+    def _type_advice(self, value: Any, source: str | None) -> str:
+        """What to change: formats for a non-ISO date string, else the option that set the type."""
+        formats = cv.matching_formats(value)
+        if formats:
+            first = formats[0]
+            swapped = first.replace("%d", "\0").replace("%m", "%d").replace("\0", "%m")  # month first
+            alt = f' (or ["{swapped}"] if the month comes first)' if swapped in formats[1:] else ""
+            return (f'The value is not ISO-8601: name its format, cursor_datetime_formats = ["{first}"]{alt}, '
+                    "so the values compare as instants, not as text.")
+        detected = cv.detect_type(value)
+        ctype = self.cursor_type or ""
+        if source in ("initial_value", "end_value") and detected not in (None, "string"):
+            bound = getattr(self.spec, source)
+            return (f"The cursor is a {ctype} cursor because {source} = {bound!r} is {cv.what_value_is(bound)}, "
+                    f"but the column holds {detected}s: write {source} as a {detected}, "
+                    f"{source} = {cv.bound_like(bound, detected)}.")
+        if source == "cursor_type" and detected not in (None, "string"):
+            return (f"cursor_type = {ctype!r} says the cursor is a {ctype}, but the column holds {detected}s: "
+                    f"set cursor_type = {detected!r}, or remove it to detect the type.")
+        if source is None and self._given_state is not None and self._given_state.cursor_type == self.cursor_type:
+            return (f"Earlier runs stored a {ctype} cursor: return the column as {ctype} values again "
+                    "(convert it in the function).")
+        return f"Give every row a {ctype} value at {self.spec.cursor_path!r} (convert it in the function)."
 
     # -- per kind: each builds one key array and hands it to decide.decide ---------------------
 
@@ -567,9 +644,20 @@ class IncrementalRun(Incremental):
         dk = self.dedup_key
 
         def dedup_keys(idx: np.ndarray) -> list[str]:
-            return [row_dedup_key(r, dk, where=f"row {i}") for i, r in zip(idx, rows_at(idx), strict=True)]
+            return self._dedup_keys(dk, idx, rows_at(idx))
 
         return self._apply(decide(keys, self.decision_inputs, self._cursor, dedup_keys, null_error))
+
+    def _dedup_keys(self, dk: DedupKey, idx: np.ndarray, rows: list[Any]) -> list[str]:
+        """The primary-key texts of rows at the start value; a row without the key is named."""
+        out = []
+        for i, r in zip(idx, rows, strict=True):
+            try:
+                out.append(row_dedup_key(r, dk, where=f"row {i}"))
+            except PrimaryKeyMissing as exc:
+                columns = list(r) if isinstance(r, Mapping) else []
+                raise self.key_missing_error(exc.columns, columns, f"row {i}", r) from None
+        return out
 
     def _filter_rows(self, rows: list[Any]) -> list[Any]:
         return [rows[i] for i in self._row_indices(rows)] if rows else []
@@ -583,6 +671,8 @@ class IncrementalRun(Incremental):
             return [rows[i] for i in idx]
 
         def null_error(i: int) -> Exception:
+            if all(v is MISSING for v in values) and isinstance(rows[i], Mapping):
+                return self.absent_column_error(list(dict.fromkeys(k for r in rows for k in r)), rows[i])
             return self.missing_error(rows[i], values[i] is MISSING, f"row {i}")
 
         if self.spec.is_callable:
@@ -652,7 +742,7 @@ class IncrementalRun(Incremental):
         dk = self.dedup_key
 
         def dedup_keys(idx: np.ndarray) -> list[str]:
-            return [row_dedup_key(r, dk, where=f"row {i}") for i, r in zip(idx, rows_at(idx), strict=True)]
+            return self._dedup_keys(dk, idx, rows_at(idx))
 
         return self._apply(
             decide_callable(values, self._callable_spec(), self._cursor, dedup_keys, null_error, type_error)
@@ -662,12 +752,7 @@ class IncrementalRun(Incremental):
         """A table without the cursor column: every row is missing (raise / include / exclude)."""
         policy = self.spec.on_cursor_value_missing
         if n and policy == "raise":
-            raise CursorPathMissing(
-                f"cursor_path {self.spec.cursor_path!r}: the table has no column "
-                f"{self.spec.path.column!r} (columns: {columns}); row 0: {_short(first_row())}. Fix the "
-                "data, or set on_cursor_value_missing='include' / 'exclude'.",
-                cursor_path=self.spec.cursor_path,
-            )
+            raise self.absent_column_error(columns, first_row())
         return np.full(n, policy == "include", dtype=bool)
 
     def _filter_arrow(self, table: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:

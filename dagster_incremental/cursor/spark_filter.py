@@ -10,6 +10,7 @@ from __future__ import annotations
 # value (keyed by a pandas_udf running the SAME Python key function as every other input kind) and
 # the rest, then unions them.
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dagster_incremental.cursor import boundary as _boundary
@@ -43,6 +44,9 @@ class LiveRun(Protocol):
     def advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None: ...
     def missing_error(self, row: Any, missing: bool, where: str) -> Exception: ...
     def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError: ...
+    def absent_column_error(self, columns: Sequence[str], row: Any) -> CursorPathMissing: ...
+    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str,
+                          row: Any = None) -> PrimaryKeyMissing: ...
     def public_of(self, value: Any) -> Any: ...
 
 
@@ -263,12 +267,7 @@ def _without_cursor_column(run: LiveRun, df: DataFrame, policy: str) -> DataFram
     if policy == "raise":
         first = df.limit(1).collect()
         if first:
-            raise CursorPathMissing(
-                f"cursor_path {run.spec.cursor_path!r}: the Spark frame has no column "
-                f"{run.spec.path.column!r} (columns: {df.columns}); a row: {_short(first[0].asDict())}. Fix "
-                "the data, or set on_cursor_value_missing='include' / 'exclude'.",
-                cursor_path=run.spec.cursor_path,
-            )
+            raise run.absent_column_error(df.columns, first[0].asDict())
         return df
     return df if policy == "include" else df.where(F.lit(False))
 
@@ -438,11 +437,7 @@ def _dedup_columns(run: LiveRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
         return list(df.columns)
     missing = [c for c in run.dedup_key if c not in df.columns]
     if missing:
-        raise PrimaryKeyMissing(
-            f"The dedup key column(s) {missing} (primary_key {list(run.dedup_key)}) are missing in the "
-            f"Spark frame (columns: {df.columns}). Add them, or set primary_key=() to disable boundary dedup.",
-            columns=missing,
-        )
+        raise run.key_missing_error(missing, df.columns, "the Spark frame")
     return list(run.dedup_key)
 
 

@@ -210,6 +210,45 @@ def parse_formatted(text: str, formats: Formats) -> dt.datetime | None:
     return parse_iso(text)
 
 
+# Formats a source commonly writes its timestamps in: tried on a value that is not ISO-8601, so
+# an error can name the cursor_datetime_formats that would read it (instead of a text cursor).
+COMMON_FORMATS: Formats = (
+    "%d/%m/%Y %H:%M:%S", "%d/%m/%Y %H:%M", "%d/%m/%Y", "%m/%d/%Y %H:%M:%S", "%m/%d/%Y %H:%M", "%m/%d/%Y",
+    "%d.%m.%Y %H:%M:%S", "%d.%m.%Y %H:%M", "%d.%m.%Y", "%Y/%m/%d %H:%M:%S", "%Y/%m/%d %H:%M", "%Y/%m/%d",
+    "%d-%m-%Y %H:%M:%S", "%d-%m-%Y %H:%M", "%d-%m-%Y", "%b %d %Y %H:%M", "%b %d %Y", "%d %b %Y %H:%M", "%d %b %Y",
+)
+
+
+def matching_formats(value: Any) -> list[str]:
+    """The COMMON_FORMATS that read `value` (a string that is not ISO-8601), in their order; a
+    day-first and a month-first format may both match ("04/03/2024"): the caller names both."""
+    if not isinstance(value, str) or parse_iso(value) is not None:
+        return []
+    return [fmt for fmt in COMMON_FORMATS if parse_formatted(value.strip(), (fmt,)) is not None]
+
+
+def what_value_is(value: Any) -> str:
+    """What a cursor value holds, in a user's words ("an ISO-8601 timestamp string", "a number")."""
+    detected = detect_type(value)
+    if isinstance(value, str):
+        return {"timestamp": "an ISO-8601 timestamp string", "date": "an ISO-8601 date string"}.get(
+            detected or "", "a string that is not an ISO-8601 date or timestamp")
+    return {"timestamp": "a datetime", "date": "a date", "number": "a number"}.get(detected or "", "no scalar value")
+
+
+def bound_like(bound: Any, cursor_type: str) -> str:
+    """A bound (initial_value, end_value) rewritten as a value of `cursor_type`, as TOML/Python
+    text: a yyyymmdd number becomes that day; anything else gets an example of the type."""
+    day = None
+    if isinstance(bound, int) and not isinstance(bound, bool) and 19000101 <= bound <= 29991231:
+        try:
+            day = dt.datetime.strptime(str(bound), "%Y%m%d").date()
+        except ValueError:
+            day = None
+    day = day or dt.date(2024, 1, 1)
+    return {"date": f'"{day.isoformat()}"', "timestamp": f'"{day.isoformat()}T00:00:00Z"'}.get(cursor_type, "0")
+
+
 def no_format_matches(formats: Formats) -> str:
     """The reason a string is not a cursor value of a formatted cursor."""
     return f"it matches none of the cursor_datetime_formats {list(formats)} and is not ISO-8601"
