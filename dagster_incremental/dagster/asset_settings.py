@@ -6,6 +6,7 @@ Decorator arguments < config.toml < environment, validated by the one settings s
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import dagster as dg
 from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.partition_scope import TenantPartitions, check_keys, tenant_partitions
-from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.errors import CursorRowError, IncrementalConfigError, PrimaryKeyMissing
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.errors import find_name, section_text, suggest
 from dagster_incremental.dagster.upstream import is_changes_param
@@ -78,6 +79,28 @@ class AssetSettings:
     explicit_window_column: str | None = None
     # an asset reading Changes: at most this many upstream commits per slice (None: one slice)
     upstream_commits_per_slice: int | None = None
+    # (parameter or None for the asset, option) -> where it is set, for errors found in a run
+    option_origins: Mapping[tuple[str | None, str], str] = field(default_factory=dict)
+
+    def located(self, exc: Exception) -> Exception:
+        """A cursor's row error with where the option it blames is set (file, section, key and
+        line, or the code), so the user knows what to edit; other errors as they are."""
+        if isinstance(exc, PrimaryKeyMissing):
+            setting = "primary_key"
+        elif isinstance(exc, CursorRowError) and exc.setting:
+            setting = exc.setting
+        else:
+            return exc
+        arg = next((a for a, spec in self.cursors.items() if spec.cursor_path == exc.cursor_path), None)
+        if setting == "primary_key" and arg is not None and self.cursors[arg].primary_key is None:
+            arg = None  # the cursor inherits the asset's primary key
+        origin = self.option_origins.get((arg, setting))
+        if origin is None:
+            return exc
+        text = f"{exc} ({setting} is set in {origin}.)"
+        if isinstance(exc, PrimaryKeyMissing):
+            return PrimaryKeyMissing(text, columns=exc.columns, cursor_path=exc.cursor_path)
+        return type(exc)(text, cursor_path=exc.cursor_path, value=exc.value, setting=exc.setting)
 
     @property
     def window_column(self) -> str | None:
@@ -159,6 +182,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
     if write.delete_missing:
         _check_full_extract(func, asset_name, cursors, parts_def)
+    origins = _option_origins(func, asset_name, cursors, asset_cfg, cfg)
     table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
     hints = {column: h.given() for column, h in (options.columns or {}).items()}
     return AssetSettings(
@@ -183,12 +207,13 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         secret_params=secret_params,
         cursor_origins=_cursor_origins(func, asset_name, cursors, asset_cfg.incrementals, cfg),
         column_descriptions=column_descriptions(func, hints),
-        freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors),
+        freshness=checks.freshness_for_cursors(options.freshness, asset_name, cursors, origins),
         check_severity=options.check_severity,
         config_path=cfg.path,
         delete_missing=bool(write.delete_missing),
         explicit_window_column=options.window_column,
         upstream_commits_per_slice=options.upstream_commits_per_slice,
+        option_origins=origins,
     )
 
 
@@ -248,6 +273,24 @@ def _cursor_origins(func, asset_name: str, cursors: Mapping[str, Any], from_conf
             out[arg] = f"{cfg.where(asset_name, arg, key)} = {given[key]!r}"
         else:
             out[arg] = f"the default incremental(...) of parameter {arg!r} of {func.__name__}()"
+    return out
+
+
+CURSOR_OPTIONS = ("cursor_path", "initial_value", "end_value", "cursor_type", "cursor_datetime_formats", "primary_key")
+
+
+def _option_origins(func, asset_name: str, cursors: Mapping[str, Any], asset_cfg, cfg) -> dict[tuple[str | None, str], str]:
+    """Where each option a row error may blame is set: its config key (file, section, key,
+    line or variable), else the code (the parameter's default incremental(...), the decorator)."""
+    out: dict[tuple[str | None, str], str] = {}
+    for arg in cursors:
+        given = asset_cfg.incremental(arg)
+        for key in CURSOR_OPTIONS:
+            out[(arg, key)] = (cfg.where(asset_name, arg, key) if key in given else
+                               f"the default incremental(...) of parameter {arg!r} of {func.__name__}()")
+    for key in ("primary_key", "freshness"):
+        out[(None, key)] = (cfg.where(asset_name, key=key) if key in asset_cfg.overrides
+                            else f"@incremental_asset({key}=...)")
     return out
 
 
@@ -322,14 +365,11 @@ def _check_argument_tables(func, asset_name: str, from_config: Mapping[str, Any]
 def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, Any], cfg) -> IncrementalSpec:
     default = param.default if isinstance(param.default, IncrementalSpec) else None
     location = cfg.where(asset_name, param.name)
+    if default is None and "cursor_path" not in given:
+        raise _no_cursor_spec(asset_name, param.name, cfg)
     try:
         if default is not None:
             return default.replace(**given) if given else default
-        if "cursor_path" not in given:
-            raise IncrementalConfigError(
-                f"asset {asset_name!r}: parameter {param.name!r} has no cursor spec; add `cursor_path = \"...\"` "
-                f"under {location} or give it a default: {param.name}: Incremental = incremental(\"...\")"
-            )
         args = dict(given)
         return incremental(args.pop("cursor_path"), **args)
     except IncrementalConfigError as exc:
@@ -338,3 +378,20 @@ def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, 
         raise IncrementalConfigError(f"{location}: {exc}") from exc
 
 
+
+
+def _no_cursor_spec(asset_name: str, arg: str, cfg) -> IncrementalConfigError:
+    """An `Incremental` parameter without cursor_path: most often its section is misspelt (named
+    for another asset, so nothing reads it), else missing, or in a config file not read here."""
+    for other in difflib.get_close_matches(asset_name, [a for a in cfg.assets if a != asset_name], n=3, cutoff=0.6):
+        table = find_name(cfg.assets[other].incrementals, arg)
+        if table is not None and "cursor_path" in cfg.assets[other].incrementals[table]:
+            wanted = section_text(("assets", asset_name, arg))
+            return IncrementalConfigError(
+                f"asset {asset_name!r}: parameter {arg!r} has no cursor spec, but {cfg.where(other, table)} sets one "
+                f"for an asset named {other!r}; did you mean {wanted}? Rename the section to {wanted}."
+            )
+    return IncrementalConfigError(
+        f"asset {asset_name!r}: parameter {arg!r} has no cursor spec; add `cursor_path = \"...\"` under "
+        f"{cfg.place(asset_name, arg)}, or give it a default: {arg}: Incremental = incremental(\"...\")"
+    )

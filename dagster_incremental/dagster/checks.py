@@ -35,20 +35,47 @@ UNCHECKABLE_TYPES = ("number", "string")  # no instant to compare with now
 # -- settings -------------------------------------------------------------------------------------
 
 
-def freshness_for_cursors(limit: timedelta | None, asset: str, cursors: Mapping[str, Any]) -> timedelta | None:
+def freshness_for_cursors(limit: timedelta | None, asset: str, cursors: Mapping[str, Any],
+                          origins: Mapping[tuple[str | None, str], str] | None = None) -> timedelta | None:
     """`freshness` (already a positive timedelta: the settings schema parsed it), refused when
-    no cursor of the asset can be an instant (numbers, strings, none): nothing to compare with now."""
+    no cursor of the asset can be an instant (numbers, strings, none): nothing to compare with now.
+    The message blames the option that made each cursor a number or a string (`origins`: where
+    it is set), since that option, not freshness, is usually the mistake."""
     if limit is None:
         return None
     types = [spec.cursor_type or cv.detect_type(spec.initial_value) for spec in cursors.values()]
     if all(t in UNCHECKABLE_TYPES for t in types):
-        found = ", ".join(f"{name} ({t})" for name, t in zip(cursors, types)) or "no incremental argument"
+        origins = origins or {}
+        where = origins.get((None, "freshness"))
+        causes = [_type_cause(name, spec, str(t), origins) for (name, spec), t in zip(cursors.items(), types)]
+        remove = f"remove freshness ({where})" if where else "remove freshness"
         raise IncrementalConfigError(
-            f"asset {asset!r}: freshness needs a cursor of dates or timestamps to compare with now, "
-            f"but it has {found}; remove freshness, or give the cursor a temporal cursor_type "
-            '("timestamp", "date", "epoch_seconds", "epoch_millis")'
+            f"asset {asset!r}: freshness needs a cursor of dates or timestamps to compare with now, but "
+            + ("; ".join(causes) + f". If the cursor column holds numbers or text, {remove}: there is no time "
+               "to compare with now." if causes else
+               f"the asset has no incremental argument: {remove}, or give the asset an incremental argument "
+               "over a date or timestamp column.")
         )
     return limit
+
+
+def _type_cause(name: str, spec: Any, ctype: str, origins: Mapping[tuple[str | None, str], str]) -> str:
+    """Why cursor `name` is a number or string cursor, and the change if its column holds instants
+    (written as the file or the code writes it, where the option is set)."""
+    key = "cursor_type" if spec.cursor_type else "initial_value"
+    value = getattr(spec, key)
+    where = origins.get((name, key), f"the incremental(...) of parameter {name!r}")
+    in_file = "[assets." in where
+    if key == "cursor_type":
+        fix = 'cursor_type = "timestamp" (or "date")' if in_file else 'cursor_type="timestamp" (or "date")'
+        why = "is set so"
+    else:
+        bound = cv.bound_like(value, "timestamp")
+        fix = f"write initial_value as a timestamp: initial_value = {bound}" if in_file else \
+            f"write initial_value as a timestamp: incremental(..., initial_value={bound})"
+        why = f"is {cv.what_value_is(value)}"
+    return (f"{name} ({ctype}) is a {ctype} cursor because {key} = {value!r} ({where}) {why}; "
+            f"if column {spec.cursor_path!r} holds dates or timestamps, {fix}")
 
 
 # -- declaration ----------------------------------------------------------------------------------

@@ -36,7 +36,14 @@ from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan,
 from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sliced_span, sub_window
 from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
 from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
-from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, IncrementalError, TableCursorMissing
+from dagster_incremental.errors import (
+    CursorRowError,
+    CursorStateMismatch,
+    IncrementalConfigError,
+    IncrementalError,
+    PrimaryKeyMissing,
+    TableCursorMissing,
+)
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.local.rows import LocalRows
@@ -276,9 +283,12 @@ class Runner:
         """Call the function, filter and stage what it gives: (the writer's data, deduplicated)."""
         output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
         io, spec = run.io, run.spec
-        staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background,
-                               collect_frames_up_to=run.collect_up_to)
-        frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
+        try:
+            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background,
+                                   collect_frames_up_to=run.collect_up_to)
+            frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
+        except (CursorRowError, PrimaryKeyMissing) as exc:  # add where the option it blames is set
+            raise self.settings.located(exc) from None
         check_rows(run.asset, frame, run.plan.rows_of)  # a tenant's run is refused another tenant's rows
         return frame, staged.deduplicated
 

@@ -184,6 +184,39 @@ class ProjectConfig:
         keys = (key,) if key is not None else ()
         return Reporter(self.display_path, self._lines, self.sources).where(section, keys)
 
+    def place(self, asset: str, argument: str | None = None, key: str | None = None) -> str:
+        """Where to add a setting the file lacks: the file (saying when it does not exist, and how
+        it was chosen, since the user may have the key in another file) and the section, with the
+        line of the nearest section the file has, never the line of another section."""
+        config = self.asset(asset)
+        section: tuple[str, ...] = ("assets", find_name(self.assets, asset) or asset)
+        has_section = section[1] in self.assets
+        if argument is not None:
+            section += (find_name(config.incrementals, argument) or argument,)
+            has_section = find_name(config.incrementals, argument) is not None
+        named = f" key {key}" if key else ""
+        if not self.found:
+            return f"{section_text(section)}{named} of {self.missing_file()}"
+        if has_section:
+            return f"{self.display_path}: {section_text(section)}{self._at_line(section)}{named}"
+        parent = section[:2] if argument is not None and section[1] in self.assets else None
+        line = self._line(parent) if parent else None
+        near = f"; {section_text(parent)} is at line {line}" if parent and line else ""
+        return f"{self.display_path}: {section_text(section)} (a new section{near}){named}"
+
+    def _at_line(self, section: tuple[str, ...]) -> str:
+        line = self._line(section)
+        return f" (at line {line})" if line else ""
+
+    def _line(self, section: tuple[str, ...]) -> int | None:
+        return Reporter(self.display_path, self._lines, self.sources).line(section)
+
+    def missing_file(self) -> str:
+        """What a missing default config file is, for messages that ask for a key in it."""
+        return (f"{self.display_path}, which does not exist (looked for at {self.path}): the config file is "
+                f"the config_path argument, else ${CONFIG_PATH_ENV}, else ./{DEFAULT_CONFIG_PATH.as_posix()} "
+                f"relative to the current folder ({Path.cwd()})")
+
     def check_asset_sections(self, assets: Collection[str]) -> list[str]:
         """[assets.<name>] sections against the incremental assets defined with this file.
 
@@ -234,7 +267,7 @@ class ProjectConfig:
             key = ".".join(problem.key)
             raise IncrementalConfigError(
                 f"asset {name!r}: {key} {problem.problem}; {problem.hint}; add {key}=[...] to "
-                f"@incremental_asset or `{key} = [...]` in {self.where(name, key=key)}; "
+                f"@incremental_asset or `{key} = [...]` in {self.place(name)}; "
                 f"write_disposition is set {self._disposition_origin(name)}") from None
 
     def _disposition_origin(self, name: str) -> str:
