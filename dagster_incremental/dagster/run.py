@@ -508,20 +508,22 @@ class Runner:
         return write_spec_from_settings(io.table_name(asset_key), self.settings.write_settings())
 
     def window_replace(self, plan: Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
-        if not plan.window_replace:
-            return None
+        if not plan.window_replace or self.settings.strategy == "scd2":
+            return None  # scd2 keeps history: a backfill merges
         column = self.settings.window_column
+        bounds: dict[str, Any]
         if plan.window is not None:
-            start, end = plan.window
+            bounds = {"start": plan.window[0], "end": plan.window[1]}
         elif plan.rows_of is not None and (plan.restart or self.settings.disposition == "replace"):
-            start, end = None, None  # all the tenant's rows: its full refresh, or a replace asset's run
+            bounds = {"start": None, "end": None}  # all the tenant's rows: its full refresh, or a replace asset's run
             column = column or plan.rows_of[0]
-        else:
+        else:  # the cursor's own range, with its range_start / range_end: exactly what its filter keeps
             run = next(iter(runs.values()))
-            start, end = run.start_value, run.end_value
-        if column is None or self.settings.strategy == "scd2":
-            return None  # scd2 keeps history: a backfill merges; nested cursors can't bound a window
-        return WindowReplace(column=column, start=start, end=end, rows_of=plan.rows_of)
+            bounds = {"start": run.start_value, "end": run.end_value,
+                      "start_open": not run.start_closed, "end_closed": run.end_closed}
+        if column is None:
+            return None  # nested cursors can't bound a window
+        return WindowReplace(column=column, rows_of=plan.rows_of, **bounds)
 
     def _call(self, context, runs: Runs, secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
         kwargs = {**secret_kwargs, **runs}

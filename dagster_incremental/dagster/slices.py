@@ -49,9 +49,12 @@ def sub_window(replace: WindowReplace | None, window: Window, index: int, count:
     """The part of the run's window replace that slice `index` of `count` replaces."""
     if replace is None:
         return None
-    start = replace.start if index == 1 else window[0]
-    end = replace.end if index == count else window[1]
-    return dataclasses.replace(replace, start=start, end=end)
+    first, last = index == 1, index == count
+    return dataclasses.replace(
+        replace,
+        start=replace.start if first else window[0], start_open=replace.start_open and first,
+        end=replace.end if last else window[1], end_closed=replace.end_closed and last,
+    )
 
 
 @dataclasses.dataclass

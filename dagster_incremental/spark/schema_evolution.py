@@ -88,15 +88,18 @@ class SchemaPlan:
 
 
 def spark_ready_schema(schema):
-    """The Arrow types Spark stores: untyped (all-NULL) columns as text, timestamps in
-    microseconds. Both ways of writing local rows (Spark, spark/local/) start from this."""
+    """The Arrow types Spark stores: timestamps in microseconds. Both ways of writing local rows
+    (Spark, spark/local/) start from this.
+
+    An untyped column (None in every row of the batch) stays untyped (Spark's void): it fits a
+    table column of any type, and a table that lacks it gets it from the first batch that gives
+    it a type (as the Spark path treats a void column).
+    """
     import pyarrow as pa
 
     fields = []
     for f in schema:
-        if pa.types.is_null(f.type):  # a column that was None in every row: keep it, as text
-            fields.append(pa.field(f.name, pa.string()))
-        elif pa.types.is_timestamp(f.type) and f.type.unit != "us":
+        if pa.types.is_timestamp(f.type) and f.type.unit != "us":
             fields.append(pa.field(f.name, pa.timestamp("us", tz=f.type.tz)))
         else:
             fields.append(f)

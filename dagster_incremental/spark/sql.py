@@ -36,14 +36,17 @@ def sql_param(value: Any) -> Any:
     return value
 
 
-def in_window(ref: Any, start: Any, end: Any) -> Any:
+def in_window(ref: Any, start: Any, end: Any, start_open: bool = False, end_closed: bool = False) -> Any:
     """The Column condition `ref` in [start, end) (None: unbounded): every window of the library
-    (a partition's, a backfill's, a slice's) is this one rule."""
+    (a partition's, a backfill's, a slice's) is this one rule. A cursor's range_start="open" /
+    range_end="closed" make it (start, ...] so the window holds exactly the rows its filter kept."""
     from pyspark.sql import functions as F
 
     inside = F.lit(True)
     if start is not None:
-        inside = inside & (ref >= F.lit(sql_param(start)))
+        low = F.lit(sql_param(start))
+        inside = inside & (ref > low if start_open else ref >= low)
     if end is not None:
-        inside = inside & (ref < F.lit(sql_param(end)))
+        high = F.lit(sql_param(end))
+        inside = inside & (ref <= high if end_closed else ref < high)
     return inside

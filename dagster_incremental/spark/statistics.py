@@ -304,8 +304,7 @@ def _window_net(
     plus the rows it removed outside the window (batch keys that moved in from another window:
     an update when the key is back in the window, else a delete). Those rows are found from the
     live row counts of the two snapshots; only when there are some are their keys looked up."""
-    bounds = (window.start, window.end)
-    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [bounds], keys, rows_of=window.rows_of)[0]
+    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [window.bounds], keys, rows_of=window.rows_of)[0]
     if snapshot.parent_id is None:
         return net
     before = live_row_count(java_json(spark._jvm, iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
@@ -329,7 +328,7 @@ def _moved_in(
     after = read(snapshot.snapshot_id)
     ref = F.col(quote(resolve_column(table, after.schema, window.column)))
     names = [resolve_column(table, after.schema, k) for k in keys]
-    inside = in_window(ref, window.start, window.end) & _only(table, after, window.rows_of)
+    inside = in_window(ref, *window.bounds) & _only(table, after, window.rows_of)
     columns = [F.col(quote(k)) for k in names]
     new = after.where(inside).select(*columns).distinct()
     old = read(snapshot.parent_id).where(~inside).select(*columns)
@@ -341,7 +340,7 @@ def window_counts(
     table: TableRef,
     snapshot_id: int,
     column: str,
-    windows: Sequence[tuple[Any, Any]],
+    windows: Sequence[tuple[Any, ...]],
     keys: Sequence[str],
     rows_of: tuple[str, Any] | None = None,
 ) -> list[Counts]:
@@ -371,10 +370,11 @@ def window_counts(
 
 
 def _windowed(
-    frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, Any]], sign: int
+    frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, ...]], sign: int
 ) -> DataFrame:
-    """The frame's rows inside any of `windows`, signed, with the index of their window."""
-    inside = [in_window(ref, start, end) for start, end in windows]
+    """The frame's rows inside any of `windows` (in_window's arguments), signed, with the index
+    of their window."""
+    inside = [in_window(ref, *bounds) for bounds in windows]
     index, anywhere = F.when(inside[0], F.lit(0)), inside[0]
     for i, condition in enumerate(inside[1:], start=1):
         index, anywhere = index.when(condition, F.lit(i)), anywhere | condition

@@ -164,8 +164,9 @@ class TableService:
             return frame
         from pyspark.sql import functions as F
 
-        column = F.col("`" + window.column.replace("`", "``") + "`")
-        return frame.where((column >= F.lit(window.start)) & (column < F.lit(window.end)))
+        from dagster_incremental.spark.sql import in_window, quote
+
+        return frame.where(in_window(F.col(quote(window.column)), *window.bounds))
 
     # -- writing -----------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ def replace_window(
             raise
         raise DataShapeError(
             f"table {commit.table}: the batch has rows whose {column!r} is NULL or outside the "
-            f"window [{window.start}, {window.end}) it replaces; nothing was written. A window "
+            f"window {window.shown()} it replaces; nothing was written. A window "
             "run may only load rows of its window: filter the rows in the asset."
         ) from exc
     finally:
@@ -120,8 +120,8 @@ def _window_source(
 
 def window_rows(window: WindowReplace, column: str | None = None) -> Column:
     """The rows `window` replaces: its column (or `column`, the table's spelling) in
-    [start, end), and with rows_of only that column's value."""
-    inside = in_window(F.col(quote(column or window.column)), window.start, window.end)
+    the window, and with rows_of only that column's value."""
+    inside = in_window(F.col(quote(column or window.column)), *window.bounds)
     if window.rows_of is not None:
         inside = inside & (F.col(quote(window.rows_of[0])) == F.lit(window.rows_of[1]))
     return inside
@@ -132,10 +132,10 @@ def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, A
     target_col = f"t.{quote(column)}"
     bounds, args = [], {}
     if window.start is not None:
-        bounds.append(f"{target_col} >= :di_window_start")
+        bounds.append(f"{target_col} {'>' if window.start_open else '>='} :di_window_start")
         args["di_window_start"] = sql_param(window.start)
     if window.end is not None:
-        bounds.append(f"{target_col} < :di_window_end")
+        bounds.append(f"{target_col} {'<=' if window.end_closed else '<'} :di_window_end")
         args["di_window_end"] = sql_param(window.end)
     if window.rows_of is not None:
         bounds.append(f"t.{quote(window.rows_of[0])} = :di_window_only")

@@ -81,12 +81,25 @@ class WriteSpec:
 
 @dataclass(frozen=True)
 class WindowReplace:
-    """Replace exactly the rows of `column` in [start, end) (partitioned runs, backfills)."""
+    """Replace exactly the rows of `column` in [start, end) (partitioned runs, backfills); a
+    backfill of a cursor with range_start="open" or range_end="closed" replaces (start, ...] as
+    its filter keeps."""
 
     column: str
     start: Any  # a python datetime/date/number literal; never SQL text
     end: Any
     rows_of: tuple[str, Any] | None = None  # (column, value): only these rows, e.g. one tenant's
+    start_open: bool = False
+    end_closed: bool = False
+
+    @property
+    def bounds(self) -> tuple[Any, Any, bool, bool]:
+        """(start, end, start_open, end_closed): the arguments of `spark.sql.in_window`."""
+        return self.start, self.end, self.start_open, self.end_closed
+
+    def shown(self) -> str:
+        """The window as a user reads it: [start, end), or with the cursor's own brackets."""
+        return f"{'(' if self.start_open else '['}{self.start}, {self.end}{']' if self.end_closed else ')'}"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ def iterate_output(output: Any, asset: str) -> Iterator[Any]:
     if isinstance(output, Mapping):
         return iter(([dict(output)],))
     if isinstance(output, list):
+        if not output:
+            return iter(())
         if all(isinstance(r, Mapping) for r in output):
             return iter((output,))
         return _batches(iter(output), asset)
@@ -49,7 +51,7 @@ def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
         if page:
             yield page
             page = []
-        if item is None:
+        if item is None or (isinstance(item, list) and not item):
             continue
         if isinstance(item, list):
             bad = next((r for r in item if not isinstance(r, Mapping)), None)
@@ -148,6 +150,8 @@ def stage_batches(
     local = False
     frames = []
     for batch in batches:
+        if _shapeless(batch):
+            continue  # no rows and no columns (an empty table or frame): nothing to stage
         if on_first_rows is not None:
             on_first_rows()
             on_first_rows = None
@@ -174,6 +178,16 @@ def stage_batches(
         rows.keep, deduplicated = dedup.decide(rows, spec)
     # (the engine already pinned Spark sources to the last_value it computed)
     return Staged(local=rows, frames=tuple(frames), deduplicated=deduplicated)
+
+
+def _shapeless(batch: Any) -> bool:
+    """A batch with no columns (so no rows): `pa.table({})`, an empty pandas DataFrame."""
+    kind = _kind(batch)
+    if kind == "spark":
+        return not batch.columns
+    if kind in ("arrow", "pandas"):
+        return len(batch.columns) == 0
+    return not batch
 
 
 def small_frame_as_arrow(frame: Any, max_rows: int) -> Any:
