@@ -250,3 +250,35 @@ def _orders_with_cursor(updated_at: Incremental):
 
 def _orders():
     return []
+
+
+# -- the cursor engine alone (no asset): the same advice, applied -----------------------------------
+
+
+def test_unix_time_rows_under_an_iso_initial_value_suggest_epoch_seconds():
+    from dagster_incremental import incremental
+    from dagster_incremental.errors import CursorTypeError
+
+    rows = [{"id": 1, "ts": 1_710_000_000}]
+    with pytest.raises(CursorTypeError) as raised:
+        incremental("ts", initial_value="2024-01-01T00:00:00Z").bind().filter(rows)
+    text = str(raised.value)
+    assert "1710000000" in text and "initial_value = '2024-01-01T00:00:00Z'" in text
+    assert 'cursor_type = "epoch_seconds"' in text and raised.value.setting == "initial_value"
+    kept = incremental("ts", initial_value="2024-01-01T00:00:00Z", cursor_type="epoch_seconds").bind().filter(rows)
+    assert kept == rows  # March 2024: past the initial_value, kept
+
+
+def test_a_cursor_column_no_row_has_is_named_with_did_you_mean_in_every_input_kind():
+    import pyarrow as pa
+
+    from dagster_incremental import incremental
+    from dagster_incremental.errors import CursorPathMissing
+
+    batch = [{"id": 1, "updated_at": "2024-03-01T10:00:00Z"}]
+    for given in (batch, pa.Table.from_pylist(batch), pa.Table.from_pylist(batch).to_pandas()):
+        with pytest.raises(CursorPathMissing) as raised:
+            incremental("modified_at").bind().filter(given)
+        assert "the batch has no column 'modified_at'" in str(raised.value)
+        assert "Did you mean 'updated_at'?" in str(raised.value) and raised.value.setting == "cursor_path"
+    assert incremental("updated_at").bind().filter(batch) == batch

@@ -621,9 +621,11 @@ class IncrementalRun(Incremental):
         ctype = self.cursor_type or ""
         if source in ("initial_value", "end_value") and detected not in (None, "string"):
             bound = getattr(self.spec, source)
-            return (f"The cursor is a {ctype} cursor because {source} = {bound!r} is {cv.what_value_is(bound)}, "
-                    f"but the column holds {detected}s: write {source} as a {detected}, "
-                    f"{source} = {cv.bound_like(bound, detected)}.")
+            why = f"The cursor is a {ctype} cursor because {source} = {bound!r} is {cv.what_value_is(bound)}"
+            if detected == "number":  # Unix times keep an instant bound as written
+                return (f"{why}, but the column holds numbers: if they are Unix times, set cursor_type = "
+                        f'"epoch_seconds" (or "epoch_millis"); else write {source} as a number of the column.')
+            return f"{why}, but the column holds {detected}s: write {source} as a {detected}, {source} = {cv.bound_like(bound, detected)}."
         if source == "cursor_type" and detected not in (None, "string"):
             return (f"cursor_type = {ctype!r} says the cursor is a {ctype}, but the column holds {detected}s: "
                     f"set cursor_type = {detected!r}, or remove it to detect the type.")
