@@ -16,6 +16,14 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use the test 
 
 TEST_CATALOG = "lake"
 
+# The suites' run on the REST catalog over S3: tests/test_lake.py starts an S3 server, then runs
+# the catalog-parametrized tests it lists in a pytest process of its own with this variable set
+# (the server, as s3_server.S3Server.to_env). There `catalog` is the REST catalog only, and the
+# shared session carries the Iceberg runtime and AWS bundle jars of one version
+# (tests/maven_jars.py) instead of the PyPI runtime, which has no AWS bundle of its version.
+S3_SERVER_ENV = "DAGSTER_INCREMENTAL_TEST_S3_SERVER"
+ON_REST = bool(os.environ.get(S3_SERVER_ENV))
+
 # The suite runs on two workers (README): a property's examples may take longer than Hypothesis's
 # 200 ms deadline on a busy machine, and their speed is not what any property asserts.
 settings.register_profile("suite", deadline=None)
@@ -42,6 +50,10 @@ def spark(spark_warehouse):
     from postgres_server import driver_jar
 
     jars = [iceberg_runtime_jar()] + ([driver_jar()] if driver_jar() else [])  # + the JDBC catalog's driver
+    if ON_REST:
+        from maven_jars import s3_jars
+
+        jars = (s3_jars() or []) + jars[1:]
     conf = spark_conf(
         master="local[2]",
         app_name="dagster-incremental-tests",
@@ -72,13 +84,48 @@ def postgres():
         yield server
 
 
-@pytest.fixture(scope="session", params=["hadoop", "jdbc"])
+@pytest.fixture(scope="session")
+def s3():
+    """An S3 server with an Iceberg REST catalog (SeaweedFS, tests/s3_server.py) on 127.0.0.1,
+    started once per test session (per worker: ports picked free), stopped at the end."""
+    from s3_server import S3Server, s3_server
+
+    if ON_REST:  # the server of the test that started this process
+        server = S3Server.from_env(os.environ[S3_SERVER_ENV])
+        os.environ.update(server.aws_env())
+        yield server
+        return
+    with s3_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(s3):
+    """The REST catalog over S3 (tests/catalogs.py). Its Spark runs in a process of its own: the
+    shared session has no AWS bundle. Not skipped when the jars are missing: a failure."""
+    from catalogs import rest_catalog
+    from maven_jars import ARTIFACTS, s3_jars
+
+    jars = s3_jars()
+    if jars is None:
+        pytest.fail("the Iceberg runtime and AWS bundle jars are not in the local Maven repository: "
+                    + "; ".join(f"mvn dependency:get -Dartifact={':'.join(a)}" for a in ARTIFACTS), pytrace=False)
+    return rest_catalog(s3, jars)
+
+
+@pytest.fixture(scope="session", params=["rest"] if ON_REST else ["hadoop", "jdbc"])
 def catalog(request, spark, spark_warehouse):
     """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`."""
     from catalogs import hadoop_catalog, jdbc_catalog
 
     if request.param == "hadoop":
         return hadoop_catalog(spark_warehouse)
+    if request.param == "rest":
+        found = request.getfixturevalue("rest_catalog")
+        for key, value in {**found.spark_config, **found.secrets}.items():
+            if key != "spark.jars":
+                spark.conf.set(key, value)
+        return found
     found = jdbc_catalog(request.getfixturevalue("postgres"), os.path.join(spark_warehouse, "jdbc"))
     for key, value in found.spark_config.items():
         spark.conf.set(key, value)

@@ -1,0 +1,39 @@
+"""The jars the object-storage tests take from the local Maven repository, by coordinates.
+
+Spark writes Iceberg to S3 through Iceberg's S3FileIO, which needs the AWS SDK v2 that the
+runtime jar does not bundle: `iceberg-aws-bundle`, of exactly the runtime's Iceberg version.
+Maven Central serves no `iceberg-aws-bundle` 1.10.2 (the PyPI runtime's version), so these tests
+run Spark on the 1.10.1 pair, both from Central. `.ci/run` fetches them before pytest starts
+(`python3 tests/maven_jars.py` prints the coordinates; `mvn dependency:get` fetches each through
+the machine's own Maven settings); the tests only look in ~/.m2/repository, nothing downloads
+while they run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ICEBERG_VERSION = "1.10.1"
+ARTIFACTS = (
+    ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", ICEBERG_VERSION),
+    ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
+)
+
+
+def local_repository() -> Path:
+    return Path(os.environ.get("MAVEN_LOCAL_REPOSITORY") or Path.home() / ".m2" / "repository")
+
+
+def jar_path(group: str, artifact: str, version: str) -> Path:
+    return local_repository().joinpath(*group.split("."), artifact, version, f"{artifact}-{version}.jar")
+
+
+def s3_jars() -> list[str] | None:
+    """The Iceberg runtime and AWS bundle jars (one Iceberg version), or None if not fetched."""
+    paths = [jar_path(*coordinates) for coordinates in ARTIFACTS]
+    return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
+
+
+if __name__ == "__main__":
+    print("\n".join(":".join(coordinates) for coordinates in ARTIFACTS))
