@@ -32,6 +32,7 @@ CHILD_TIMEOUT = 1200
 # The catalog-parametrized tests that pass on the REST catalog over S3 (run with `-k rest`).
 LAKE_TESTS = (
     "tests/spark/test_branch_commit.py",
+    "tests/spark/test_table_storage.py",
 )
 
 

@@ -25,7 +25,6 @@ import contextlib
 import dataclasses
 import ipaddress
 import json
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +41,7 @@ from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark import errors as spark_errors
 from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
 from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.table_storage import TableStorage
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -513,12 +513,14 @@ class PendingCommit:
             frame.writeTo(self.target.sql).options(**write_options(self.properties)).overwrite(F.lit(True))
 
     @contextmanager
-    def guarded(self, spark: SparkSession, written: list[str] | None = None) -> Iterator[None]:
+    def guarded(self, spark: SparkSession, written: list[str] | None = None, storage: TableStorage | None = None) -> Iterator[None]:
         """Around the data commit (also the local append's): conflicts as ConcurrentRunError;
         under a guard, the branch is taken first and published after (raises StaleCursor or
-        BaseMoved, nothing visible written). `written`: the files the local path writes for
-        this commit, deleted if it does not happen (they would be nobody's)."""
-        with _removed_on_failure([] if written is None else written), conflicts_as_concurrent_run(self.table):
+        BaseMoved, nothing visible written). `written`: the files (locations in `storage`, a
+        local folder when None) the local path writes for this commit, deleted if it does not
+        happen (they would be nobody's)."""
+        with (_removed_on_failure([] if written is None else written, storage or TableStorage.local()),
+              conflicts_as_concurrent_run(self.table)):
             if self.guard is None:
                 yield
                 return
@@ -533,13 +535,13 @@ class PendingCommit:
 
 
 @contextmanager
-def _removed_on_failure(paths: list[str]) -> Iterator[None]:
+def _removed_on_failure(paths: list[str], storage: TableStorage) -> Iterator[None]:
     try:
         yield
     except BaseException:
         for path in paths:
             with contextlib.suppress(OSError):
-                os.remove(path)
+                storage.delete(path)
         raise
 
 

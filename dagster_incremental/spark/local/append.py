@@ -9,8 +9,9 @@
 # carries the cursor, exactly as the Spark path does.
 #
 # Where it applies (`LocalAppend.open` says None otherwise and the writer uses Spark): a table
-# whose files live on this machine's filesystem (the embedded default warehouse), unpartitioned,
-# unsorted, Parquet, with column types Arrow and Iceberg agree on.
+# whose files this process can write (spark/table_storage.py: a folder on this machine, or S3
+# through the settings of the table's own S3FileIO), unpartitioned, unsorted, Parquet, with
+# column types Arrow and Iceberg agree on.
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dagster_incremental.spark.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.target import PARQUET_FIELD_ID
 from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.table_storage import TableStorage
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
 ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
@@ -88,9 +90,10 @@ class LocalAppend:
     jvm: Any
     table: Any  # org.apache.iceberg.Table
     schema: pa.Schema  # the table's columns, with field ids
-    data_dir: str
+    data_dir: str  # a location (see TableStorage)
     compression: str
     compression_level: int | None
+    storage: TableStorage
 
     @classmethod
     def open(cls, spark: Any, table: TableRef, iceberg: Any = None) -> LocalAppend | None:
@@ -101,9 +104,9 @@ class LocalAppend:
         jvm = spark._jvm
         iceberg = iceberg if iceberg is not None else iceberg_table(spark, table)
         location = str(iceberg.location())
-        local = location.startswith("file:/") or location.startswith("/")
+        storage = TableStorage.of_table(jvm, iceberg)
         props = java_json(jvm, iceberg.properties())
-        if not local or not iceberg.spec().isUnpartitioned() or not iceberg.sortOrder().isUnsorted():
+        if storage is None or not iceberg.spec().isUnpartitioned() or not iceberg.sortOrder().isUnsorted():
             return None
         if props.get("write.format.default", "parquet").lower() != "parquet" or props.get("write.data.path"):
             return None
@@ -116,8 +119,8 @@ class LocalAppend:
             schema = pa.schema([arrow_field(f) for f in fields])
         except Unsupported:
             return None
-        data_dir = os.path.join(location.removeprefix("file:"), "data")
-        return cls(jvm, iceberg, schema, data_dir, codec, int(level) if level else None)
+        data_dir = storage.join(location, "data")
+        return cls(jvm, iceberg, schema, data_dir, codec, int(level) if level else None, storage)
 
     def aligned(self, batch: pa.Table, case_sensitive: bool) -> pa.Table:
         """`batch` as exactly the table's columns (missing ones NULL), cast to its types.
@@ -145,12 +148,12 @@ class LocalAppend:
         return self._data_files(paths[start:])
 
     def _write_parquet(self, rows: LocalRows, case_sensitive: bool, paths: list[str]) -> None:
-        os.makedirs(self.data_dir, exist_ok=True)
+        self.storage.make_folder(self.data_dir)
         prefix = uuid.uuid4().hex
         if rows.spilled:
             pieces = (piece for chunk in rows.chunks() for piece in _slices(self.aligned(chunk, case_sensitive)))
             for number, group in enumerate(_files_of(pieces)):
-                paths.append(os.path.join(self.data_dir, f"{number:05d}-{prefix}.parquet"))
+                paths.append(self.storage.join(self.data_dir, f"{number:05d}-{prefix}.parquet"))
                 self._write(group, paths[-1])
             return
         table = self.aligned(rows.table(), case_sensitive)
@@ -158,13 +161,13 @@ class LocalAppend:
         count = max(min(threads, -(-table.num_rows // ROWS_PER_THREAD)), -(-table.num_rows // ROWS_PER_FILE), 1)
         step = -(-table.num_rows // count) if table.num_rows else 0
         parts = [[table.slice(i * step, step)] for i in range(count)]
-        paths += [os.path.join(self.data_dir, f"{i:05d}-{prefix}.parquet") for i in range(count)]
+        paths += [self.storage.join(self.data_dir, f"{i:05d}-{prefix}.parquet") for i in range(count)]
         with ThreadPoolExecutor(max_workers=min(count, threads)) as pool:
             list(pool.map(self._write, parts, paths[-count:]))
 
     def _write(self, chunks: Iterable[pa.Table], path: str) -> None:
-        with pq.ParquetWriter(
-            path,
+        with self.storage.open_output(path) as sink, pq.ParquetWriter(
+            sink,
             self.schema,
             compression=self.compression,
             compression_level=self.compression_level,
@@ -201,7 +204,7 @@ class LocalAppend:
     def _data_files(self, paths: list[str]) -> list[Any]:
         """The written files as Iceberg DataFile objects, metrics from their footers."""
         iceberg, jvm = self.table, self.jvm
-        metrics = FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg))
+        metrics = FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forTable(iceberg), self.storage.open_input)
         io, spec, data_files = iceberg.io(), iceberg.spec(), jvm.org.apache.iceberg.DataFiles
         built = []
         for path in paths:

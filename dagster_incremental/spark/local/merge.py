@@ -79,7 +79,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     dead = tombstones(table, spec.hard_delete_column)
     keys = batch.select([f.name for f in key_fields])
-    found = match_target(target.jvm, target.table, key_fields, keys, dead, pending.case_sensitive)
+    found = match_target(target.jvm, target.table, key_fields, keys, dead, pending.case_sensitive, target.storage)
     if found is None:
         return None
     plan, touched, matched = found
@@ -92,7 +92,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     updated = matched.num_rows - matched_dead
     counts = Counts(inserted=inserts.num_rows - updated, updated=updated, deleted=matched_dead)
     paths: list[str] = []
-    with pending.guarded(spark, written=paths):
+    with pending.guarded(spark, written=paths, storage=target.storage):
         data_files = target.write_files(LocalRows.of(inserts), pending.case_sensitive, paths) if inserts.num_rows else []
         deletes = _write_deletes(target, touched, paths)
         _commit(target, plan, data_files, deletes, touched, pending)
@@ -147,13 +147,13 @@ def _write_deletes(target: LocalAppend, touched: Sequence[FileMatch], paths: lis
     Written in parallel threads: a file's py4j calls run on one JVM thread per Python thread."""
     jvm, iceberg = target.jvm, target.table
     java = _DeleteFileApi(
-        metrics=FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg)),
+        metrics=FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg), target.storage.open_input),
         file_metadata=jvm.org.apache.iceberg.FileMetadata,
         spec=iceberg.spec(),
         io=iceberg.io(),
     )
     prefix = uuid.uuid4().hex
-    named = [(match, os.path.join(target.data_dir, f"{number:05d}-{prefix}-deletes.parquet"))
+    named = [(match, target.storage.join(target.data_dir, f"{number:05d}-{prefix}-deletes.parquet"))
              for number, match in enumerate(touched)]
     paths.extend(path for _, path in named)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -175,10 +175,11 @@ def _delete_file(target: LocalAppend, java: _DeleteFileApi, match: FileMatch, pa
     """Write one data file's position delete file and describe it as an Iceberg DeleteFile."""
     positions = np.union1d(match.previous, match.positions)
     columns = [pa.array([match.file.location] * len(positions), pa.string()), pa.array(positions, pa.int64())]
-    pq.write_table(
-        pa.Table.from_arrays(columns, schema=_DELETE_SCHEMA), path,
-        compression=target.compression, compression_level=target.compression_level,
-    )
+    with target.storage.open_output(path) as sink:
+        pq.write_table(
+            pa.Table.from_arrays(columns, schema=_DELETE_SCHEMA), sink,
+            compression=target.compression, compression_level=target.compression_level,
+        )
     written = java.io.newInputFile(path)
     metrics = java.metrics.of(path)
     builder = java.file_metadata.deleteFileBuilder(java.spec).ofPositionDeletes()

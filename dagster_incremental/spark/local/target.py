@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from dagster_incremental.spark.table_storage import TableStorage
+
 PARQUET_FIELD_ID = b"PARQUET:field_id"  # where a Parquet field keeps its Iceberg field id
 # Iceberg's reserved field ids of a position delete file's columns.
 DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
@@ -55,6 +57,7 @@ class TargetPlan:
     snapshot_id: int | None
     filter: Any  # org.apache.iceberg.expressions.Expression: the conflict-detection filter
     files: tuple[TargetFile, ...]
+    storage: TableStorage  # where the files are read from
 
 
 @dataclass(frozen=True)
@@ -73,17 +76,19 @@ def exact_key_type(arrow_type: pa.DataType) -> bool:
 
 
 def match_target(
-    jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array, case_sensitive: bool
+    jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, dead: pa.Array, case_sensitive: bool,
+    storage: TableStorage | None = None,
 ) -> tuple[TargetPlan, list[FileMatch], pa.Table] | None:
     """The plan (see plan_target) and the rows it finds holding the batch's keys (see
     match_keys); None when a file carries deletes this module can't apply."""
-    plan = plan_target(jvm, iceberg, key_fields, keys, case_sensitive)
+    plan = plan_target(jvm, iceberg, key_fields, keys, case_sensitive, storage)
     if plan is None:
         return None
     return (plan, *match_keys(plan, key_fields, keys, dead))
 
 
-def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, case_sensitive: bool) -> TargetPlan | None:
+def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa.Table, case_sensitive: bool,
+                storage: TableStorage | None = None) -> TargetPlan | None:
     """The data files of the current snapshot whose key bounds overlap `keys` (the batch's key
     columns, named as the table's); None when a file carries deletes this module can't apply."""
     expressions = jvm.org.apache.iceberg.expressions.Expressions
@@ -97,8 +102,9 @@ def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa
             row_filter = both(row_filter, bounds)
     iceberg.refresh()
     current = iceberg.currentSnapshot()
+    storage = storage or TableStorage.local()
     if current is None:
-        return TargetPlan(None, row_filter, ())
+        return TargetPlan(None, row_filter, (), storage)
     scan = iceberg.newScan().useSnapshot(current.snapshotId()).filter(row_filter).caseSensitive(case_sensitive)
     describe = jvm.org.apache.iceberg.ScanTaskParser.toJson  # one py4j call a task, not ten
     files = []
@@ -108,7 +114,7 @@ def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa
         if data["file-format"] != "PARQUET" or not all(file_scoped_position_delete(d) for d in deletes):
             return None
         files.append(TargetFile(data["file-path"], tuple(d["file-path"] for d in deletes), task))
-    return TargetPlan(current.snapshotId(), row_filter, tuple(files))
+    return TargetPlan(current.snapshotId(), row_filter, tuple(files), storage)
 
 
 def file_scoped_position_delete(delete_file: Mapping[str, Any]) -> bool:
@@ -140,7 +146,7 @@ def match_keys(plan: TargetPlan, key_fields: Sequence[pa.Field], keys: pa.Table,
     batch = keys.append_column(_DEAD, dead).append_column(_ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
     ordered = _ordered_single_key(batch, key_fields)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        found = list(pool.map(lambda f: _match_file(f, key_fields, batch, ordered), plan.files))
+        found = list(pool.map(lambda f: _match_file(f, plan.storage, key_fields, batch, ordered), plan.files))
     touched = [match for match, _ in found if match is not None]
     rows = [batch_rows for _, batch_rows in found if batch_rows is not None]
     matched = batch.select([*keys.column_names, _DEAD])
@@ -148,13 +154,15 @@ def match_keys(plan: TargetPlan, key_fields: Sequence[pa.Field], keys: pa.Table,
 
 
 def _match_file(
-    file: TargetFile, key_fields: Sequence[pa.Field], batch: pa.Table, ordered: tuple[np.ndarray, np.ndarray] | None
+    file: TargetFile, storage: TableStorage, key_fields: Sequence[pa.Field], batch: pa.Table,
+    ordered: tuple[np.ndarray, np.ndarray] | None,
 ) -> tuple[FileMatch | None, np.ndarray | None]:
     """The file's match, and the batch rows of its matched keys (one per matched row)."""
-    stored = _key_columns(local_path(file.location), key_fields)
+    with storage.open_input(file.location) as source:
+        stored = _key_columns(source, key_fields)
     if stored is None:  # a key column added after this file was written: all NULL, no match
         return None, None
-    previous = _deleted_positions(file)
+    previous = _deleted_positions(file, storage)
     found = _match_ascending(stored.column(0), ordered, previous) if ordered is not None else None
     positions, batch_rows = found if found is not None else _match_joined(stored, batch, previous)
     if not positions.size:
@@ -210,10 +218,10 @@ def _match_joined(stored: pa.Table, batch: pa.Table, previous: np.ndarray) -> tu
     return positions[order], joined[_ROW].to_numpy()[order]
 
 
-def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
-    """The key columns of one data file, found by Iceberg field id (names may have changed
-    since it was written), as the table's names and types."""
-    parquet = pq.ParquetFile(path)
+def _key_columns(source: Any, key_fields: Sequence[pa.Field]) -> pa.Table | None:
+    """The key columns of one data file (an open file), found by Iceberg field id (names may
+    have changed since it was written), as the table's names and types."""
+    parquet = pq.ParquetFile(source)
     by_id = {f.metadata.get(PARQUET_FIELD_ID): f.name for f in parquet.schema_arrow if f.metadata}
     stored = [by_id.get(f.metadata[PARQUET_FIELD_ID]) for f in key_fields]
     if None in stored:
@@ -223,11 +231,14 @@ def _key_columns(path: str, key_fields: Sequence[pa.Field]) -> pa.Table | None:
     return pa.Table.from_arrays(columns, names=[f.name for f in key_fields])
 
 
-def _deleted_positions(file: TargetFile) -> np.ndarray:
+def _deleted_positions(file: TargetFile, storage: TableStorage) -> np.ndarray:
     """Positions of `file` its (file-scoped) position delete files remove, sorted, unique."""
     if not file.delete_locations:
         return np.empty(0, dtype=np.int64)
-    parts = [pq.read_table(local_path(d), columns=["pos"]).column("pos").to_numpy() for d in file.delete_locations]
+    parts = []
+    for location in file.delete_locations:
+        with storage.open_input(location) as source:
+            parts.append(pq.read_table(source, columns=["pos"]).column("pos").to_numpy())
     return np.unique(np.concatenate(parts))
 
 

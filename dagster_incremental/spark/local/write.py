@@ -48,7 +48,7 @@ def _append(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteResult 
     if target is None:
         return None
     paths: list[str] = []
-    with pending.guarded(spark, written=paths):
+    with pending.guarded(spark, written=paths, storage=target.storage):
         data_files = target.write_files(rows, pending.case_sensitive, paths)
         target.commit(data_files, pending.properties, only_if_empty=first_load, branch=pending.branch or None)
     return commit_result(spark, pending, kind="summary")
