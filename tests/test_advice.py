@@ -244,6 +244,32 @@ def test_a_missing_default_config_file_is_fine_when_the_decorator_gives_everythi
     assert asset.key == dg.AssetKey("orders")
 
 
+def test_from_config_without_a_config_file_warns_where_it_looked_and_what_it_uses(tmp_path, monkeypatch):
+    """SparkTableIOManager.from_config() from another folder: the user's [destination] is not
+    read, so the tables would go elsewhere: say so before anything is written."""
+    from dagster_incremental import SparkTableIOManager
+    from dagster_incremental.errors import IncrementalSettingsWarning
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "config").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "config" / "config.toml").write_text('[destination]\nnamespace = "shop"\n')
+    monkeypatch.delenv("DAGSTER_INCREMENTAL_CONFIG", raising=False)
+    monkeypatch.chdir(elsewhere)
+    with pytest.warns(IncrementalSettingsWarning) as warned:
+        SparkTableIOManager.from_config()
+    text = str(warned[0].message)
+    assert f"looked for at {elsewhere / 'config' / 'config.toml'}" in text and "does not exist" in text
+    assert "Using the defaults" in text and str(elsewhere / "config" / "data" / "warehouse") in text
+
+    monkeypatch.chdir(project)  # the advice: run from the folder that holds config/
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IncrementalSettingsWarning)
+        assert SparkTableIOManager.from_config().namespace == "shop"
+
+
 def _orders_with_cursor(updated_at: Incremental):
     return []
 

@@ -85,6 +85,17 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         from dagster_incremental.settings.secrets import SecretsFile
 
         cfg = load_config(path)
+        if not cfg.path.exists():  # only the default path may be missing (a named file must exist)
+            import warnings
+
+            from dagster_incremental.errors import IncrementalSettingsWarning
+
+            warnings.warn(
+                f"SparkTableIOManager.from_config(): no config file: {cfg.missing_file()}. Using the "
+                f"defaults: Spark master {cfg.spark.master!r}, {cfg.destination.format} warehouse "
+                f"{cfg.destination.warehouse}. Pass the file's path, or run from the folder that holds config/.",
+                IncrementalSettingsWarning, stacklevel=2,
+            )
         return cls(
             master=cfg.spark.master,
             app_name=cfg.spark.app_name,
