@@ -4,7 +4,6 @@ last_value, boundary keys, out-of-range flags) and filters every input kind thro
 
 from __future__ import annotations
 
-import difflib
 import sys
 from datetime import datetime
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -15,20 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.boundary import CONTENT, Boundary, DedupKey, _canonical, _short, row_dedup_key
+from dagster_incremental.cursor.boundary import CONTENT, Boundary, DedupKey, _canonical, row_dedup_key
 from dagster_incremental.cursor.decide import CallableSpec, Cursor, Decision, RangeSpec, decide, decide_callable
 from dagster_incremental.cursor.paths import MISSING
+from dagster_incremental.cursor.row_errors import RowErrors
 from dagster_incremental.cursor.spark_filter import filter_spark
 from dagster_incremental.cursor.definition import CursorDefinition, Incremental, func_name, normalise_pk
 from dagster_incremental.cursor.state import CursorState, StoredBoundary
-from dagster_incremental.errors import (
-    CursorPathMissing,
-    CursorStateMismatch,
-    CursorTypeError,
-    CursorValueNone,
-    IncrementalConfigError,
-    PrimaryKeyMissing,
-)
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError, PrimaryKeyMissing
 
 DICT_CHUNK = 1000  # single dict rows from filter_batches are filtered in chunks of this size
 
@@ -534,105 +527,11 @@ class IncrementalRun(Incremental):
         self.advance(decision.cursor, decision.start_out_of_range, decision.end_out_of_range)
         return decision.keep
 
-    def missing_error(self, row: Any, missing: bool, where: str) -> Exception:
-        """One row without a cursor value (others have one): the data is at fault."""
-        path = self.spec.cursor_path
-        policy = ("Give every row a value there, or set on_cursor_value_missing = 'include' to load rows "
-                  "without one too (the cursor cannot place them: each is loaded whenever the source returns it)")
-        if missing:
-            return CursorPathMissing(f"cursor_path {path!r} is missing in {where}: {_short(row)}. {policy}.",
-                                     cursor_path=path)
-        return CursorValueNone(f"cursor_path {path!r} is None in {where}: {_short(row)}. {policy}.",
-                               cursor_path=path)
-
-    def absent_column_error(self, columns: Sequence[str], row: Any) -> CursorPathMissing:
-        """No row of the batch has the cursor column: cursor_path names the wrong column, and
-        on_cursor_value_missing = 'include' would load every row in every run, so it is not offered."""
-        path, column = self.spec.cursor_path, self.spec.path.column or self.spec.cursor_path
-        guesses = self._cursor_columns(column, [str(c) for c in columns], row)
-        mean = f" Did you mean {' or '.join(map(repr, guesses))}?" if guesses else ""
-        return CursorPathMissing(
-            f"cursor_path {path!r}: the batch has no column {column!r} (its columns: {', '.join(map(str, columns))}; "
-            f"row 0: {_short(row)}).{mean} Set cursor_path to the column that holds each row's cursor value.",
-            cursor_path=path, setting="cursor_path",
-        )
-
-    def _cursor_columns(self, column: str, columns: list[str], row: Any) -> list[str]:
-        """Columns cursor_path may have meant: names close to it, else the columns whose value in
-        `row` has the cursor's type (a date or timestamp while the type is unknown)."""
-        close = difflib.get_close_matches(column, columns, n=2, cutoff=0.5)
-        if close or not isinstance(row, Mapping):
-            return close
-        wanted = {self.cursor_type} if self.cursor_type else {"date", "timestamp"}
-        return [c for c in columns if cv.detect_type(row.get(c)) in wanted][:2]
-
-    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str, row: Any = None) -> PrimaryKeyMissing:
-        """Rows without their primary key: the cursor needs it to know which rows at its start value
-        were loaded already (and a merge to find the row in the table), so dropping the key is no fix."""
-        own = self.spec.primary_key is not None
-        key = list(self.dedup_key) if self.dedup_key != CONTENT else []
-        guesses = [g for m in missing for g in difflib.get_close_matches(m, [str(c) for c in columns], n=1)]
-        mean = f"; did you mean {', '.join(map(repr, guesses))}?" if guesses else ""
-        shown = f": {_short(row)}" if row is not None else ""
-        whose = f"the primary_key of cursor {self.spec.cursor_path!r}" if own else "primary_key"
-        return PrimaryKeyMissing(
-            f"{whose} {key}: {where} of the batch has no column "
-            f"{', '.join(map(repr, missing))}{shown} (its columns: {', '.join(map(str, columns))}{mean}). Every row needs "
-            "its primary key: it tells which rows at the cursor's start value were loaded already"
-            + ("" if own else ", and a merge finds the row to update by it")
-            + f". Add {', '.join(map(repr, missing))} to every row, or set {whose} to the columns that identify a row.",
-            columns=missing, cursor_path=self.spec.cursor_path,
-        )
-
-    def type_source(self) -> str | None:
-        """The cursor option that gave the cursor its type (None: the rows or the stored state)."""
-        spec = self.spec
-        if spec.formats:
-            return "cursor_datetime_formats"
-        if spec.cursor_type is not None:
-            return "cursor_type"
-        for key in ("initial_value", "end_value"):
-            value = getattr(spec, key)
-            if value is not None and cv.detect_type(value) == self.cursor_type:
-                return key
-        return None
-
-    def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
-        source = self.type_source()
-        return CursorTypeError(
-            f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}, "
-            f"{cv.what_value_is(value)}) in {where} of the batch cannot be compared with the {self.cursor_type} "
-            f"cursor: {reason}. Row: {_short(row)}. {self._type_advice(value, source)}",
-            cursor_path=self.spec.cursor_path,
-            value=value,
-            setting="cursor_datetime_formats" if cv.matching_formats(value) else source,
-        )
-
-    def _type_advice(self, value: Any, source: str | None) -> str:
-        """What to change: formats for a non-ISO date string, else the option that set the type."""
-        formats = cv.matching_formats(value)
-        if formats:
-            first = formats[0]
-            swapped = first.replace("%d", "\0").replace("%m", "%d").replace("\0", "%m")  # month first
-            alt = f' (or ["{swapped}"] if the month comes first)' if swapped in formats[1:] else ""
-            return (f'The value is not ISO-8601: name its format, cursor_datetime_formats = ["{first}"]{alt}, '
-                    "so the values compare as instants, not as text.")
-        detected = cv.detect_type(value)
-        ctype = self.cursor_type or ""
-        if source in ("initial_value", "end_value") and detected not in (None, "string"):
-            bound = getattr(self.spec, source)
-            why = f"The cursor is a {ctype} cursor because {source} = {bound!r} is {cv.what_value_is(bound)}"
-            if detected == "number":  # Unix times keep an instant bound as written
-                return (f"{why}, but the column holds numbers: if they are Unix times, set cursor_type = "
-                        f'"epoch_seconds" (or "epoch_millis"); else write {source} as a number of the column.')
-            return f"{why}, but the column holds {detected}s: write {source} as a {detected}, {source} = {cv.bound_like(bound, detected)}."
-        if source == "cursor_type" and detected not in (None, "string"):
-            return (f"cursor_type = {ctype!r} says the cursor is a {ctype}, but the column holds {detected}s: "
-                    f"set cursor_type = {detected!r}, or remove it to detect the type.")
-        if source is None and self._given_state is not None and self._given_state.cursor_type == self.cursor_type:
-            return (f"Earlier runs stored a {ctype} cursor: return the column as {ctype} values again "
-                    "(convert it in the function).")
-        return f"Give every row a {ctype} value at {self.spec.cursor_path!r} (convert it in the function)."
+    @property
+    def errors(self) -> RowErrors:
+        """The errors a row can cause, worded from the cursor as it stands now."""
+        stored = self._given_state.cursor_type if self._given_state is not None else None
+        return RowErrors(self.spec, self.cursor_type, self.dedup_key, stored)
 
     # -- per kind: each builds one key array and hands it to decide.decide ---------------------
 
@@ -658,7 +557,7 @@ class IncrementalRun(Incremental):
                 out.append(row_dedup_key(r, dk, where=f"row {i}"))
             except PrimaryKeyMissing as exc:
                 columns = list(r) if isinstance(r, Mapping) else []
-                raise self.key_missing_error(exc.columns, columns, f"row {i}", r) from None
+                raise self.errors.key_missing_error(exc.columns, columns, f"row {i}", r) from None
         return out
 
     def _filter_rows(self, rows: list[Any]) -> list[Any]:
@@ -674,8 +573,8 @@ class IncrementalRun(Incremental):
 
         def null_error(i: int) -> Exception:
             if all(v is MISSING for v in values) and isinstance(rows[i], Mapping):
-                return self.absent_column_error(list(dict.fromkeys(k for r in rows for k in r)), rows[i])
-            return self.missing_error(rows[i], values[i] is MISSING, f"row {i}")
+                return self.errors.absent_column_error(list(dict.fromkeys(k for r in rows for k in r)), rows[i])
+            return self.errors.missing_error(rows[i], values[i] is MISSING, f"row {i}")
 
         if self.spec.is_callable:
             return np.flatnonzero(self._decide_callable(values, rows, rows_at, null_error))
@@ -690,7 +589,7 @@ class IncrementalRun(Incremental):
             if i is not None:
                 detected = cv.detect_type(plain[i])
                 if detected is None:
-                    raise self.type_error(plain[i], row_at(i), f"row {i}", "it is not a scalar cursor value")
+                    raise self.errors.type_error(plain[i], row_at(i), f"row {i}", "it is not a scalar cursor value")
                 self.adopt_type(detected, plain[i], f"row {i}")
         if self.cursor_type is None:
             return pa.nulls(len(plain), pa.int64())
@@ -698,7 +597,7 @@ class IncrementalRun(Incremental):
             return cv.values_to_keys(plain, self.cursor_type, formats=self.spec.formats)
         except cv.KeyConversionError as e:
             i = e.index or 0
-            raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
+            raise self.errors.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
 
     def _arrow_keys(self, col: pa.Array, row_at: Callable[[int], Any]) -> pa.Array:
         """An Arrow cursor column as keys (vectorised), detecting the type if needed."""
@@ -706,7 +605,7 @@ class IncrementalRun(Incremental):
             detected = cv.detect_arrow_type(col)
             if detected is None:
                 i = pc.indices_nonzero(col.is_valid())[0].as_py()
-                raise self.type_error(
+                raise self.errors.type_error(
                     col[i].as_py(), row_at(i), f"row {i}", f"a {col.type} column cannot be a cursor"
                 )
             self.adopt_type(detected, None, "the table")
@@ -716,7 +615,7 @@ class IncrementalRun(Incremental):
             return cv.arrow_to_keys(col, self.cursor_type, self.spec.formats)
         except cv.KeyConversionError as e:
             i = e.index or 0
-            raise self.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
+            raise self.errors.type_error(e.value, row_at(i), f"row {i}", e.reason) from None
 
     def _decide_callable(self, values, rows, rows_at, null_error) -> np.ndarray:
         """Values go to the user's function in public form (ISO strings as pendulum instants)."""
@@ -735,11 +634,11 @@ class IncrementalRun(Incremental):
                 try:
                     public.append(cv.key_to_public(cv.to_key(v, ctype, self.spec.formats), ctype))
                 except cv.KeyConversionError as e:
-                    raise self.type_error(v, rows[i], f"row {i}", e.reason) from None
+                    raise self.errors.type_error(v, rows[i], f"row {i}", e.reason) from None
             values = public
 
         def type_error(i: int, e: Exception) -> Exception:
-            return self.type_error(values[i], rows[i], f"row {i}", f"last_value_func raised {e!r}")
+            return self.errors.type_error(values[i], rows[i], f"row {i}", f"last_value_func raised {e!r}")
 
         dk = self.dedup_key
 
@@ -754,7 +653,7 @@ class IncrementalRun(Incremental):
         """A table without the cursor column: every row is missing (raise / include / exclude)."""
         policy = self.spec.on_cursor_value_missing
         if n and policy == "raise":
-            raise self.absent_column_error(columns, first_row())
+            raise self.errors.absent_column_error(columns, first_row())
         return np.full(n, policy == "include", dtype=bool)
 
     def _filter_arrow(self, table: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
@@ -776,7 +675,7 @@ class IncrementalRun(Incremental):
             )
         keys = self._arrow_keys(col, row_at)
         where = f"(column {self.spec.path.column!r})"
-        keep = self._keep(keys, rows_at, lambda i: self.missing_error(row_at(i), False, f"row {i} {where}"))
+        keep = self._keep(keys, rows_at, lambda i: self.errors.missing_error(row_at(i), False, f"row {i} {where}"))
         return table.filter(pa.array(keep, pa.bool_()))
 
     def _filter_pandas(self, df: Any) -> Any:
@@ -811,5 +710,5 @@ class IncrementalRun(Incremental):
             plain = [None if v is MISSING or (isinstance(v, float) and v != v) else v for v in values]
             keys = self._python_keys(plain, row_at)
         where = f"(column {column!r})"
-        keep = self._keep(keys, rows_at, lambda i: self.missing_error(row_at(i), False, f"row {i} {where}"))
+        keep = self._keep(keys, rows_at, lambda i: self.errors.missing_error(row_at(i), False, f"row {i} {where}"))
         return df[keep]

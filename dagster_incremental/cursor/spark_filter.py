@@ -10,16 +10,16 @@ from __future__ import annotations
 # value (keyed by a pandas_udf running the SAME Python key function as every other input kind) and
 # the rest, then unions them.
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dagster_incremental.cursor import boundary as _boundary
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.boundary import CONTENT, DedupKey, _short, row_dedup_key
+from dagster_incremental.cursor.boundary import CONTENT, DedupKey, row_dedup_key
 from dagster_incremental.cursor.decide import Cursor, RangeSpec
 from dagster_incremental.cursor.definition import CursorDefinition
+from dagster_incremental.cursor.row_errors import RowErrors
 from dagster_incremental.cursor.vocabulary import TEMPORAL_TYPES
-from dagster_incremental.errors import CursorPathMissing, CursorTypeError, IncrementalConfigError, PrimaryKeyMissing
+from dagster_incremental.errors import IncrementalConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
@@ -42,11 +42,8 @@ class LiveRun(Protocol):
     def adopt_type(self, detected: str | None, sample: Any, where: str) -> None: ...
     def type_after(self, detected: str) -> str: ...
     def advance(self, cursor: Cursor, start_out_of_range: bool, end_out_of_range: bool) -> None: ...
-    def missing_error(self, row: Any, missing: bool, where: str) -> Exception: ...
-    def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError: ...
-    def absent_column_error(self, columns: Sequence[str], row: Any) -> CursorPathMissing: ...
-    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str,
-                          row: Any = None) -> PrimaryKeyMissing: ...
+    @property
+    def errors(self) -> RowErrors: ...
     def public_of(self, value: Any) -> Any: ...
 
 
@@ -241,11 +238,11 @@ def _filter_callable(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> Da
                             ((sc.BELOW, "below"), (sc.BEYOND, "beyond"), (sc.BAD, "bad"), (sc.NULL, "nulls")))).head(1)[0]
     if flags["bad"]:
         sample = marked.where(kind == sc.BAD).drop("__di_class").head(1)[0].asDict(recursive=True)
-        raise run.type_error(_get(sample, spec.path.parts), sample, "the Spark frame",
+        raise run.errors.type_error(_get(sample, spec.path.parts), sample, "the Spark frame",
                              cv.no_format_matches(formats) if formats else f"it is not a {ctype} value")
     if flags["nulls"] and inputs.on_missing == "raise":
         sample = marked.where(kind == sc.NULL).drop("__di_class").head(1)[0].asDict()
-        raise run.missing_error(sample, False, f"a row of the Spark frame (column {spec.path.column!r})")
+        raise run.errors.missing_error(sample, False, f"a row of the Spark frame (column {spec.path.column!r})")
     in_range = kind.isin(sc.IN_RANGE, sc.AT_START)
     start_set = inputs.start_set
     if start_set is not None and start_set.keys and not inputs.start_open:  # rows the last run loaded
@@ -267,7 +264,7 @@ def _without_cursor_column(run: LiveRun, df: DataFrame, policy: str) -> DataFram
     if policy == "raise":
         first = df.limit(1).collect()
         if first:
-            raise run.absent_column_error(df.columns, first[0].asDict())
+            raise run.errors.absent_column_error(df.columns, first[0].asDict())
         return df
     return df if policy == "include" else df.where(F.lit(False))
 
@@ -297,7 +294,7 @@ def _key_column(run: LiveRun, df: DataFrame, col: Column, dtype: Any) -> tuple[s
                 run.adopt_type(detected, None, "the Spark frame")
             sample = df.where(col.isNotNull()).limit(1).collect()
             value = sample[0][run.spec.path.column] if sample else None
-            raise run.type_error(
+            raise run.errors.type_error(
                 value,
                 sample[0].asDict() if sample else None,
                 "the Spark frame",
@@ -357,10 +354,10 @@ def _check_values(run: LiveRun, df: DataFrame, m: _Masks, row: Any) -> None:
         value = _get(sample.asDict(recursive=True), path.parts)
         formats = run.spec.formats
         reason = cv.no_format_matches(formats) if formats else "it is not an ISO-8601 date or timestamp"
-        raise run.type_error(value, sample.asDict(), "the Spark frame", reason)
+        raise run.errors.type_error(value, sample.asDict(), "the Spark frame", reason)
     if row["nulls"] and run.decision_inputs.on_missing == "raise":
         null_row = df.where(m.is_null).limit(1).collect()[0].asDict()
-        raise run.missing_error(null_row, False, f"a row of the Spark frame (column {path.column!r})")
+        raise run.errors.missing_error(null_row, False, f"a row of the Spark frame (column {path.column!r})")
 
 
 def _advance(
@@ -437,7 +434,7 @@ def _dedup_columns(run: LiveRun, inputs: RangeSpec, df: DataFrame) -> list[str]:
         return list(df.columns)
     missing = [c for c in run.dedup_key if c not in df.columns]
     if missing:
-        raise run.key_missing_error(missing, df.columns, "the Spark frame")
+        raise run.errors.key_missing_error(missing, df.columns, "the Spark frame")
     return list(run.dedup_key)
 
 
