@@ -6,6 +6,7 @@ the AWS bundle jar, of the Iceberg version of its runtime jar (tests/maven_jars.
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,10 +15,17 @@ from typing import Any
 import pytest
 
 CATALOG_KINDS = ("hadoop", "jdbc")
+# Set in the pytest process tests/test_lake.py starts (conftest.py): the catalog-parametrized
+# tests run on the REST catalog over S3 there, and only there.
+S3_SERVER_ENV = "DAGSTER_INCREMENTAL_TEST_S3_SERVER"
+ON_REST = bool(os.environ.get(S3_SERVER_ENV))
 # For a test whose subject does not depend on the catalog (planning, counting, metadata): the
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
 # runs) run on both kinds.
 HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
+# For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
+# itself (a Hadoop folder, a REST catalog's answer; a JDBC catalog's only Spark reads).
+WITHOUT_JVM = pytest.mark.parametrize("catalog", ["rest"] if ON_REST else ["hadoop"], indirect=True)
 JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
 REST_CATALOG = "rest"  # the REST catalog's Spark name
 

@@ -21,8 +21,7 @@ TEST_CATALOG = "lake"
 # (the server, as s3_server.S3Server.to_env). There `catalog` is the REST catalog only, and the
 # shared session carries the Iceberg runtime and AWS bundle jars of one version
 # (tests/maven_jars.py) instead of the PyPI runtime, which has no AWS bundle of its version.
-S3_SERVER_ENV = "DAGSTER_INCREMENTAL_TEST_S3_SERVER"
-ON_REST = bool(os.environ.get(S3_SERVER_ENV))
+from catalogs import ON_REST, S3_SERVER_ENV  # noqa: E402
 
 # The suite runs on two workers (README): a property's examples may take longer than Hypothesis's
 # 200 ms deadline on a busy machine, and their speed is not what any property asserts.
@@ -122,6 +121,7 @@ def catalog(request, spark, spark_warehouse):
         return hadoop_catalog(spark_warehouse)
     if request.param == "rest":
         found = request.getfixturevalue("rest_catalog")
+        os.environ.update(found.environment())  # the secrets as a user's process gets them
         for key, value in {**found.spark_config, **found.secrets}.items():
             if key != "spark.jars":
                 spark.conf.set(key, value)

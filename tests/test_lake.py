@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from conftest import S3_SERVER_ENV
+from catalogs import S3_SERVER_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD_TIMEOUT = 1200
@@ -32,7 +32,11 @@ CHILD_TIMEOUT = 1200
 # The catalog-parametrized tests that pass on the REST catalog over S3 (run with `-k rest`).
 LAKE_TESTS = (
     "tests/spark/test_branch_commit.py",
+    "tests/spark/test_commit.py",
     "tests/spark/test_table_storage.py",
+    "tests/dagster/test_runs_without_spark.py",
+    "tests/dagster/test_assets.py",
+    "tests/dagster/test_table_state.py",
 )
 
 
@@ -72,3 +76,37 @@ def test_the_catalog_suites_pass_on_the_rest_catalog_over_s3(rest_catalog, tmp_p
     tail = (done.stdout + done.stderr)[-6000:]
     assert done.returncode == 0, f"the REST-catalog run failed ({done.returncode}):\n{tail}"
     assert " passed" in done.stdout and " skipped" not in done.stdout.splitlines()[-1], tail
+
+
+def test_a_tables_metadata_and_cursor_are_read_from_the_rest_catalog_without_a_jvm(rest_catalog):
+    """spark/table_files.py asks the REST catalog itself (loadTable's metadata) as it reads a
+    Hadoop table's metadata file: a run with nothing to write needs no Spark session."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from dagster_incremental.spark.table_files import TableFiles
+    from dagster_incremental.spark.table_ref import TableRef
+    from dagster_incremental.spark.write_spec import STATE_PROPERTY
+
+    catalog = rest_catalog.pyiceberg()
+    namespace = "lake_" + uuid.uuid4().hex[:8]
+    catalog.create_namespace(namespace)
+    table = catalog.create_table((namespace, "t"), Schema(NestedField(1, "id", LongType(), required=False)))
+    table.append(pa.table({"id": pa.array([1, 2], pa.int64())}),
+                 snapshot_properties={STATE_PROPERTY: '{"last_value": 2}'})
+    conf = {**rest_catalog.spark_config, **rest_catalog.secrets}
+
+    files = TableFiles.find(conf, TableRef(rest_catalog.name, (namespace,), "t"))
+    assert files.readable and not files.missing and files.location is None
+    assert files.metadata is not None
+    assert files.metadata.current_snapshot_id() == table.current_snapshot().snapshot_id
+    assert files.metadata.row_count() == 2
+    committed = files.metadata.committed_cursor(None)
+    assert committed is not None and committed.state == {"last_value": 2}
+
+    missing = TableFiles.find(conf, TableRef(rest_catalog.name, (namespace,), "nothing"))
+    assert missing.readable and missing.missing
+    # credentials the catalog refuses: no answer here, Spark is asked (never a guess)
+    refused = TableFiles.find({**conf, f"spark.sql.catalog.{rest_catalog.name}.credential": "who:wrong"},
+                              TableRef(rest_catalog.name, (namespace,), "t"))
+    assert not refused.readable and refused.metadata is None

@@ -1,6 +1,6 @@
 """Where a table's files are, read once per call: its folder when the catalog keeps it in local
-files (an Iceberg Hadoop catalog on this machine's filesystem), its current metadata, and its
-commit lock.
+files (an Iceberg Hadoop catalog on this machine's filesystem), its current metadata (from those
+files, or from a REST catalog's answer: spark/rest_catalog.py), and its commit lock.
 
 Why one object: a run asks several questions of a table before it commits (its cursor, whether
 it exists, its row count) and takes its commit lock; each used to resolve the catalog conf and
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from dagster_incremental.spark.rest_catalog import RestCatalogConf, load_metadata
 from dagster_incremental.spark.table_metadata import TableMetadata, read_metadata
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -32,28 +33,37 @@ SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 class TableFiles:
     """One table's files as found at one moment.
 
-    location: the table's folder when its catalog keeps it in local files, else None (ask Spark).
+    location: the table's folder when its catalog keeps it in local files, else None.
     metadata: its current metadata (None: no table there, or not readable consistently).
+    answered: a catalog that keeps no local folder (REST) said what the table is: `metadata`,
+      or no table. False with no location: ask Spark.
     """
 
     table: TableRef
     location: Path | None
     metadata: TableMetadata | None
+    answered: bool = False
 
     @classmethod
     def find(cls, conf: Mapping[str, str], table: TableRef) -> TableFiles:
         parts = [*table.namespace, table.name]
         location = hadoop_table_location(conf, table.catalog, parts)
-        if location is None or not (location / "metadata").is_dir():
+        if location is None:
+            rest = RestCatalogConf.of(conf, table.catalog)
+            if rest is None:
+                return cls(table, None, None)
+            answered, metadata = load_metadata(rest, parts)
+            return cls(table, None, metadata, answered)
+        if not (location / "metadata").is_dir():
             return cls(table, location, None)
         return cls(table, location, read_metadata(location))
 
     @property
     def readable(self) -> bool:
         """Whether these files answer for the table: a local folder that is either no table at
-        all or one whose metadata was read whole (else only Spark can say)."""
+        all or one whose metadata was read whole, or a catalog's answer (else only Spark can say)."""
         if self.location is None:
-            return False
+            return self.answered
         return self.metadata is not None or not (self.location / "metadata").is_dir()
 
     @property

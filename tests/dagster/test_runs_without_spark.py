@@ -9,6 +9,7 @@ import uuid
 import dagster as dg
 import pytest
 
+from catalogs import WITHOUT_JVM
 from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
@@ -18,11 +19,13 @@ ROWS = [{"id": i, "updated_at": f"2024-01-0{i}T00:00:00Z"} for i in range(1, 4)]
 
 
 @pytest.fixture
-def setup(tmp_path, spark_warehouse):
+def setup(tmp_path, catalog):
+    """On the catalogs whose metadata Python reads (WITHOUT_JVM: the Hadoop folder; the REST
+    catalog in tests/test_lake.py's process)."""
     namespace = "nospark_" + uuid.uuid4().hex[:6]
     config = tmp_path / "config.toml"
     config.write_text(
-        f'[destination]\ncatalog = "lake"\nnamespace = "{namespace}"\nwarehouse = "{spark_warehouse}"\n'
+        catalog.config_toml(namespace) + '\n'
         '[assets.orders]\nprimary_key = ["id"]\n'
         'write_disposition = { disposition = "merge", strategy = "upsert" }\n'
         '[assets.orders.updated_at]\ncursor_path = "updated_at"\ninitial_value = "2024-01-01T00:00:00Z"\n'
@@ -34,7 +37,7 @@ def setup(tmp_path, spark_warehouse):
         yield from source["rows"]
 
     def io() -> SparkTableIOManager:
-        return SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=spark_warehouse)
+        return catalog.io_manager(namespace)
 
     return orders, source, io
 
@@ -50,6 +53,7 @@ def metadata(result):
     return {k: v.value for k, v in result.get_asset_materialization_events()[-1].materialization.metadata.items()}
 
 
+@WITHOUT_JVM
 @pytest.mark.parametrize("second_source", [[], ROWS[-1:]], ids=["source-empty", "source-repeats-last-row"])
 def test_nothing_new_is_reported_from_the_table_files(spark, instance, setup, monkeypatch, second_source):
     orders, source, io = setup
@@ -65,6 +69,7 @@ def test_nothing_new_is_reported_from_the_table_files(spark, instance, setup, mo
     assert after["dagster/column_schema"] == before["dagster/column_schema"]
 
 
+@WITHOUT_JVM
 def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, instance, setup, monkeypatch):
     orders, source, io = setup
     source["rows"] = []
