@@ -9,6 +9,7 @@ never start Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -182,6 +183,8 @@ class TableService:
         table = batch.spec.table
         files = self.files(table)
         current = self._refuse_stale_writer(batch, asset, files) if batch.check_stale else None
+        if _rowless(batch, files):
+            batch = dataclasses.replace(batch, data=None)  # a typed empty batch is an empty list
         if _nothing_to_create(batch, files):
             return _NO_TABLE, batch.expected_snapshot_id  # no rows, no schema, no table
         if _nothing_to_commit(batch, current):
@@ -273,6 +276,27 @@ def _nothing_to_commit(batch: IncrementalBatch, current: CommittedState | None) 
     if batch.commit.state is None or batch.commit.scope != current.scope:
         return False
     return state_json(resumable(batch.commit.state)) == state_json(resumable(current.state))
+
+
+def _rowless(batch: IncrementalBatch, files: TableFiles) -> bool:
+    """Local rows, none of them, whose columns the table already has (or that are untyped): a
+    typed empty batch (an empty Arrow table or DataFrame with columns) has nothing to write, as
+    an empty list has not; so a run that finds nothing new commits nothing whatever its kind.
+    A table whose metadata isn't readable here keeps the commit (an empty one)."""
+    import pyarrow as pa
+
+    from dagster_incremental.spark.local.stage import as_local
+
+    if batch.window is not None or batch.full_refresh or files.missing or files.metadata is None:
+        return False
+    local = as_local(batch.data)
+    if local is None or local.num_rows:
+        return False
+    held = files.metadata.spark_schema()
+    if held is None:
+        return False
+    names = {name.lower() for name, _ in held}
+    return all(f.name.lower() in names or pa.types.is_null(f.type) for f in local.schema)
 
 
 def _nothing_to_create(batch: IncrementalBatch, files: TableFiles) -> bool:
