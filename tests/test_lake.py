@@ -37,6 +37,7 @@ LAKE_TESTS = (
     "tests/dagster/test_runs_without_spark.py",
     "tests/dagster/test_assets.py",
     "tests/dagster/test_table_state.py",
+    "tests/test_race_without_pool.py",
 )
 
 

@@ -123,7 +123,8 @@ def test_racing_processes_double_and_lose_no_row(strategy, spark, race, catalog)
     assert sum(s.startswith("STEP_OK") for s in steps) >= COMMITS, f"too few successful runs in {RACE[1]} s:\n{logs}"
     for line in steps:
         if line.startswith("STEP_FAILED"):  # a lost race, and only that, fails a run
-            assert "another run" in line and "committed" in line, line
+            # (a REST catalog may refuse a losing append's own commit: "another writer committed")
+            assert ("another run" in line or "another writer" in line) and "committed" in line, line
 
     # a last run after the source stopped growing finds nothing new: everything was loaded
     final = dg.materialize([assets[strategy]], instance=instance, resources={"io_manager": io},

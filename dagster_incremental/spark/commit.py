@@ -519,8 +519,9 @@ class PendingCommit:
         BaseMoved, nothing visible written). `written`: the files (locations in `storage`, a
         local folder when None) the local path writes for this commit, deleted if it does not
         happen (they would be nobody's)."""
+        moved = _table_moved_since(self.iceberg if self.iceberg is not None else _existing_table(spark, self.table))
         with (_removed_on_failure([] if written is None else written, storage or TableStorage.local()),
-              conflicts_as_concurrent_run(self.table)):
+              conflicts_as_concurrent_run(self.table, moved)):
             if self.guard is None:
                 yield
                 return
@@ -545,13 +546,47 @@ def _removed_on_failure(paths: list[str], storage: TableStorage) -> Iterator[Non
         raise
 
 
+def _existing_table(spark: SparkSession, table: TableRef) -> Any:
+    """The table's Iceberg object if the table exists now (another run may have created it
+    since this one found none), else None."""
+    try:
+        return iceberg_table(spark, table) if spark.catalog.tableExists(table.sql) else None
+    except Exception:  # noqa: BLE001 - no table object: no moved check
+        return None
+
+
+def _table_moved_since(iceberg: Any) -> Callable[[], bool] | None:
+    """Whether another writer committed to the table after now (asked after a refused commit),
+    by its metadata's last sequence number, which every snapshot on any branch advances; None
+    for a table not there yet. Now is the metadata this run opened (no catalog round trip)."""
+    if iceberg is None:
+        return None
+    try:
+        before = int(iceberg.operations().current().lastSequenceNumber())
+    except Exception:  # noqa: BLE001 - not an Iceberg table object: no such check
+        return None
+
+    def moved() -> bool:
+        try:
+            return int(iceberg.operations().refresh().lastSequenceNumber()) > before
+        except Exception:  # noqa: BLE001 - unknown: the original error stands
+            return False
+
+    return moved
+
+
 @contextmanager
-def conflicts_as_concurrent_run(table: TableRef) -> Iterator[None]:
-    """Re-raise Iceberg commit conflicts as ConcurrentRunError (the table is unchanged)."""
+def conflicts_as_concurrent_run(table: TableRef, moved: Callable[[], bool] | None = None) -> Iterator[None]:
+    """Re-raise Iceberg commit conflicts as ConcurrentRunError (the table is unchanged). moved:
+    whether the table moved since the run read it; then a REST catalog's refusal of the commit
+    as a bad request (what SeaweedFS answers when another writer's snapshot took the sequence
+    number this commit's snapshot carries) is that conflict too."""
     try:
         yield
     except Exception as exc:
-        if spark_errors.is_commit_conflict(exc):
+        conflict = spark_errors.is_commit_conflict(exc) or (
+            moved is not None and spark_errors.is_catalog_bad_request(exc) and moved())
+        if conflict:
             raise ConcurrentRunError(
                 f"table {table}: another writer committed to the table while this run was "
                 "writing, so this run's commit was rejected and nothing was written. Re-run it.",

@@ -16,6 +16,10 @@ COMMIT_CONFLICTS = (
     "org.apache.iceberg.exceptions.CommitFailedException",
     "org.apache.iceberg.exceptions.ValidationException",
 )
+# A REST catalog's 400 answer to a commit. Servers answer it (not 409) when an update no longer
+# applies to the table as it now is: SeaweedFS for a snapshot whose sequence number another
+# writer's commit took meanwhile. Only a conflict when the table moved (commit.py checks that).
+CATALOG_BAD_REQUEST = "org.apache.iceberg.exceptions.BadRequestException"
 _SPARK_THROWABLE = "org.apache.spark.SparkThrowable"
 _MAX_DEPTH = 20  # causes followed at most (a cycle guard)
 
@@ -58,6 +62,11 @@ def is_table_already_exists(error: BaseException) -> bool:
 def is_commit_conflict(error: BaseException) -> bool:
     """Another writer committed to the table first; this commit was refused, nothing written."""
     return bool(java_classes(error).intersection(COMMIT_CONFLICTS))
+
+
+def is_catalog_bad_request(error: BaseException) -> bool:
+    """A REST catalog refused a request as malformed (see CATALOG_BAD_REQUEST)."""
+    return CATALOG_BAD_REQUEST in java_classes(error)
 
 
 def raised_by_sql(error: BaseException, message: str) -> bool:
