@@ -186,7 +186,6 @@ def check_example(spark, instance, io, config_file, ex: Example) -> None:
     initial = base if partitioned else base - 2 * HALF_DAY  # a partitioned cursor starts at its first window
     name = f"range_{ex.kind}_{uuid.uuid4().hex[:8]}"
     model = Model(ex, base, initial)
-    versions = [ex.first, ex.second]
     served: list[Any] = []
 
     options = {"range_start": ex.range_start, "range_end": ex.range_end, "step": "P1D" if ex.sliced else None}
