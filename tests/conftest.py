@@ -141,10 +141,15 @@ def instance():
         yield inst
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
-    suite without anyone having to remember the marker. SLOW_FIRST modules go first."""
+    suite without anyone having to remember the marker. SLOW_FIRST modules go first. In the
+    REST run (ON_REST) only the tests on the `rest` catalog are collected."""
+    if ON_REST:
+        on_rest = [i for i in items if getattr(getattr(i, "callspec", None), "params", {}).get("catalog") == "rest"]
+        config.hook.pytest_deselected(items=[i for i in items if i not in on_rest])
+        items[:] = on_rest
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
