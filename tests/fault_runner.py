@@ -72,9 +72,9 @@ def main() -> int:
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
         original_cm = spark_commit.conflicts_as_concurrent_run
 
-        def dying_cm(table):
+        def dying_cm(*args, **kwargs):
             threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
-            return original_cm(table)
+            return original_cm(*args, **kwargs)
 
         spark_commit.conflicts_as_concurrent_run = dying_cm  # every commit of a write enters it
     elif point == "after-commit":

@@ -60,7 +60,7 @@ def test_config_wins_over_the_decorator_and_upsert_needs_a_key_from_either(tmp_p
         cfg.resolve_asset("orders", {"write_disposition": "append"})
     message = str(info.value)
     assert message.startswith("asset 'orders': primary_key is not set; the upsert strategy needs a primary key")
-    assert "[assets.orders] primary_key" in message
+    assert f"`primary_key = [...]` in {tmp_path / 'config' / 'config.toml'}: [assets.orders] (at line 1)" in message, message
 
 
 def test_insert_only_is_a_strategy_and_needs_a_primary_key(tmp_path):
