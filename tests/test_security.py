@@ -138,3 +138,15 @@ def test_injection_in_names_and_values_is_stored_verbatim(strategy, spark, env):
 
     assert sorted(r.x for r in spark.table(victim).collect()) == [1, 2, 3], "the victim table was touched"
     assert spark.catalog.tableExists(victim)
+
+
+def test_a_rest_catalogs_credential_and_token_never_show_in_its_settings_repr():
+    """A REST catalog's settings object may reach a log line or a traceback: its secrets stay out."""
+    from dagster_incremental.spark.rest_catalog import RestCatalogConf
+
+    key = "spark.sql.catalog.shop"
+    conf = {key: "org.apache.iceberg.spark.SparkCatalog", f"{key}.type": "rest", f"{key}.uri": "http://127.0.0.1:1",
+            f"{key}.credential": "client:s3cr3t-credential", f"{key}.token": "s3cr3t-token"}
+    settings = RestCatalogConf.of(conf, "shop")
+    assert settings is not None and settings.credential == "client:s3cr3t-credential"
+    assert "s3cr3t" not in repr(settings) and "s3cr3t" not in str(settings)

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dagster_incremental.spark.table_metadata import TableMetadata
@@ -52,8 +52,8 @@ class RestCatalogConf:
     uri: str
     warehouse: str | None
     prefix: str | None
-    credential: str | None
-    token: str | None
+    credential: str | None = field(repr=False)  # secrets: never in a repr, so never in a log line
+    token: str | None = field(repr=False)
     scope: str
     token_uri: str
 
