@@ -378,8 +378,6 @@ def _cursor_spec(asset_name: str, param: inspect.Parameter, given: Mapping[str, 
         raise IncrementalConfigError(f"{location}: {exc}") from exc
 
 
-
-
 def _no_cursor_spec(asset_name: str, arg: str, cfg) -> IncrementalConfigError:
     """An `Incremental` parameter without cursor_path: most often its section is misspelt (named
     for another asset, so nothing reads it), else missing, or in a config file not read here."""

@@ -280,8 +280,8 @@ def _nothing_to_commit(batch: IncrementalBatch, current: CommittedState | None) 
 
 def _rowless(batch: IncrementalBatch, files: TableFiles) -> bool:
     """Local rows, none of them, whose columns the table already has (or that are untyped): a
-    typed empty batch (an empty Arrow table or DataFrame with columns) has nothing to write, as
-    an empty list has not; so a run that finds nothing new commits nothing whatever its kind.
+    typed empty batch (an empty Arrow table or DataFrame with columns) has nothing to write,
+    like an empty list; so a run that finds nothing new commits nothing whatever its kind.
     A table whose metadata isn't readable here keeps the commit (an empty one)."""
     import pyarrow as pa
 
