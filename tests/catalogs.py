@@ -1,7 +1,11 @@
-"""The Iceberg catalogs the end-to-end suites run against: the default Hadoop catalog (a folder),
-a JDBC catalog on a PostgreSQL server the tests start (tests/postgres_server.py), and a REST
-catalog over S3 (SeaweedFS, tests/s3_server.py), whose Spark runs in its own process: it needs
-the AWS bundle jar, of the Iceberg version of its runtime jar (tests/maven_jars.py)."""
+"""The Iceberg catalogs the end-to-end suites run against, each where such tables live:
+- `hadoop`: the default Hadoop catalog, a folder on the local disk;
+- `jdbc`: a JDBC catalog on a PostgreSQL server the tests start (tests/postgres_server.py), its
+  warehouse in a bucket of the S3 server the tests start (SeaweedFS, tests/s3_server.py);
+- `rest`: that S3 server's own Iceberg REST catalog, its tables in the server's table bucket.
+Spark writes S3 through Iceberg's S3FileIO, whose AWS SDK comes from the AWS bundle jar of the
+runtime jar's Iceberg version (tests/maven_jars.py); the S3 keys reach it, pyarrow and pyiceberg
+through the AWS SDKs' own variables (`s3_identity_env`), the REST catalog's credential as a secret."""
 
 from __future__ import annotations
 
@@ -14,18 +18,28 @@ from typing import Any
 
 import pytest
 
-CATALOG_KINDS = ("hadoop", "jdbc")
-# Set in the pytest process tests/test_lake.py starts (conftest.py): the catalog-parametrized
-# tests run on the REST catalog over S3 there, and only there.
-S3_SERVER_ENV = "DAGSTER_INCREMENTAL_TEST_S3_SERVER"
-ON_REST = bool(os.environ.get(S3_SERVER_ENV))
+CATALOG_KINDS = ("hadoop", "jdbc", "rest")
 # For a test whose subject does not depend on the catalog (planning, counting, metadata): the
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
-# runs) run on both kinds.
+# runs) run on every kind.
 HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
 # itself (a Hadoop folder, a REST catalog's answer; a JDBC catalog's only Spark reads).
-WITHOUT_JVM = pytest.mark.parametrize("catalog", ["rest"] if ON_REST else ["hadoop"], indirect=True)
+WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+# The tests' S3 identity: set in the test process's environment before its JVM starts (conftest.py),
+# so that Spark's S3FileIO, pyarrow's S3 and every runner subprocess find it where a user's would.
+_S3_SECRET = os.urandom(12).hex()
+
+
+def s3_identity_env() -> dict[str, str]:
+    """AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION of the S3 server the tests start."""
+    from s3_server import ACCESS_KEY_ID, REGION
+
+    return {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": _S3_SECRET, "AWS_REGION": REGION}
+
+
+def s3_secret() -> str:
+    return _S3_SECRET
 JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
 REST_CATALOG = "rest"  # the REST catalog's Spark name
 
@@ -39,6 +53,7 @@ class Catalog:
     warehouse: str
     spark_config: Mapping[str, str] = field(default_factory=dict)
     server: Any = None  # the PostgreSQL server of a JDBC catalog, the S3 server of a REST one
+    s3: Any = None  # the S3 server its tables are in (None: a local folder)
     secrets: Mapping[str, str] = field(default_factory=dict)  # [spark.conf] keys of secrets.toml
 
     def io_manager(self, namespace: str, **kwargs: Any):
@@ -58,31 +73,47 @@ class Catalog:
         return text
 
     def environment(self) -> dict[str, str]:
-        """The variables a user's process gets for this catalog: the secrets (as
-        DAGSTER_INCREMENTAL_SECRETS__SPARK__CONF__<KEY>) and the S3 credentials (the AWS SDK's
-        own variables, which S3FileIO's default credentials chain reads)."""
+        """The variables a user's process gets for this catalog's secrets (as
+        DAGSTER_INCREMENTAL_SECRETS__SPARK__CONF__<KEY>; S3's keys are the AWS_* variables that
+        S3FileIO's default credentials chain reads: `s3_identity_env`)."""
         from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX
 
-        env = {f"{SECRETS_ENV_PREFIX}SPARK__CONF__{k.upper().replace('.', '_')}": v for k, v in self.secrets.items()}
-        if self.kind == "rest":
-            env.update(self.server.aws_env())
-        return env
+        return {f"{SECRETS_ENV_PREFIX}SPARK__CONF__{k.upper().replace('.', '_')}": v for k, v in self.secrets.items()}
 
     def pyiceberg(self):
         """The same catalog read by pyiceberg (no Spark, no JVM): SqlCatalog on the JDBC
         catalog's database, RestCatalog on the REST catalog (its files through pyarrow's S3)."""
+        s3 = {} if self.s3 is None else {
+            "s3.endpoint": self.s3.s3_endpoint, "s3.path-style-access": "true", "s3.region": self.s3.region,
+            "s3.access-key-id": self.s3.access_key_id, "s3.secret-access-key": self.s3.secret_access_key}
         if self.kind == "rest":
             from pyiceberg.catalog.rest import RestCatalog
 
-            server = self.server
-            return RestCatalog(self.name, uri=server.catalog_uri, warehouse=server.warehouse,
-                               credential=server.credential,
-                               **{"s3.endpoint": server.s3_endpoint, "s3.path-style-access": "true",
-                                  "s3.region": server.region, "s3.access-key-id": server.access_key_id,
-                                  "s3.secret-access-key": server.secret_access_key})
+            return RestCatalog(self.name, uri=self.server.catalog_uri, warehouse=self.warehouse,
+                               credential=self.server.credential, **s3)
         from pyiceberg.catalog.sql import SqlCatalog
 
-        return SqlCatalog(self.name, uri=self.server.sqlalchemy_uri, warehouse=self.warehouse)
+        return SqlCatalog(self.name, uri=self.server.sqlalchemy_uri, warehouse=self.warehouse, **s3)
+
+
+    def files_under(self, location: str) -> set[str]:
+        """Every file under `location` (a table's folder or prefix): listed from the disk or the
+        bucket itself, not from any table metadata (`plain` paths: s3://... or /...)."""
+        from pyarrow import fs
+
+        if self.s3 is None:
+            selector = fs.FileSelector(plain(location), recursive=True, allow_not_found=True)
+            return {f.path for f in fs.LocalFileSystem().get_file_info(selector) if f.type == fs.FileType.File}
+        s3 = fs.S3FileSystem(endpoint_override=self.s3.s3_endpoint.removeprefix("http://"), scheme="http",
+                             access_key=self.s3.access_key_id, secret_key=self.s3.secret_access_key,
+                             region=self.s3.region, force_virtual_addressing=False)
+        selector = fs.FileSelector(location.removeprefix("s3://"), recursive=True, allow_not_found=True)
+        return {"s3://" + f.path for f in s3.get_file_info(selector) if f.type == fs.FileType.File}
+
+
+def plain(location: str) -> str:
+    """A file's location as one spelling: Iceberg records a local file as file:/... or /..."""
+    return location.removeprefix("file:")
 
 
 def to_env(catalog: Catalog | None) -> str:
@@ -93,50 +124,50 @@ def to_env(catalog: Catalog | None) -> str:
 
 
 def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
-    """(catalog name, Spark conf) of a runner from `to_env`'s text ("": the default catalog):
-    a JDBC catalog also needs its driver jar next to the Iceberg runtime (README recipe)."""
-    from postgres_server import driver_jar
-
-    from dagster_incremental.spark.session import iceberg_runtime_jar
-
+    """(catalog name, Spark conf) of a runner from `to_env`'s text ("": the default catalog)."""
     if not text:
         return None, {}
     found = json.loads(text)
-    conf = dict(found["spark_config"])
-    if any(k.endswith(".type") and v == "jdbc" for k, v in conf.items()):
-        conf["spark.jars"] = f"{iceberg_runtime_jar()},{driver_jar()}"
-    return found["name"], conf
+    return found["name"], dict(found["spark_config"])
 
 
 def hadoop_catalog(warehouse: str) -> Catalog:
     return Catalog(kind="hadoop", name="lake", warehouse=warehouse)
 
 
-def jdbc_catalog(server: Any, warehouse: str) -> Catalog:
+def s3_file_io(catalog: str, s3: Any) -> dict[str, str]:
+    """A catalog's `[spark.conf]` keys for Iceberg's S3FileIO on the tests' S3 server (path-style
+    addressing, as most S3-compatible servers want; the keys come from the AWS_* variables)."""
+    prefix = f"spark.sql.catalog.{catalog}"
+    return {f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO", f"{prefix}.s3.endpoint": s3.s3_endpoint,
+            f"{prefix}.s3.path-style-access": "true", f"{prefix}.client.region": s3.region}
+
+
+def jdbc_catalog(server: Any, s3: Any, jars: list[str]) -> Catalog:
+    """A JDBC catalog on the PostgreSQL `server`, its warehouse in the S3 server's plain bucket.
+    `jars`: the Iceberg runtime and AWS bundle of one version, then PostgreSQL's JDBC driver."""
     from postgres_server import jdbc_catalog_conf
 
-    return Catalog(kind="jdbc", name=JDBC_CATALOG, warehouse=warehouse,
-                   spark_config=jdbc_catalog_conf(JDBC_CATALOG, server, warehouse), server=server)
+    warehouse = f"{s3.bucket}/jdbc"
+    conf = {**jdbc_catalog_conf(JDBC_CATALOG, server, warehouse), **s3_file_io(JDBC_CATALOG, s3),
+            "spark.jars": ",".join(jars)}
+    return Catalog(kind="jdbc", name=JDBC_CATALOG, warehouse=warehouse, spark_config=conf, server=server, s3=s3)
 
 
 def rest_catalog(server: Any, jars: list[str]) -> Catalog:
     """SeaweedFS's Iceberg REST catalog, its tables in the server's S3 table bucket through
     Iceberg's S3FileIO. `jars`: the Iceberg runtime and AWS bundle of one version
-    (maven_jars.s3_jars()). The OAuth2 client credentials are a secret; S3's come from the
-    AWS_* variables (`environment()`)."""
+    (maven_jars.s3_jars()). The OAuth2 client credentials are a secret (`environment()`)."""
     prefix = f"spark.sql.catalog.{REST_CATALOG}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         f"{prefix}.type": "rest",
         f"{prefix}.uri": server.catalog_uri,
-        f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-        f"{prefix}.s3.endpoint": server.s3_endpoint,
-        f"{prefix}.s3.path-style-access": "true",
-        f"{prefix}.client.region": server.region,
+        **s3_file_io(REST_CATALOG, server),
         f"{prefix}.warehouse": server.warehouse,
         "spark.jars": ",".join(jars),
     }
-    return Catalog(kind="rest", name=REST_CATALOG, warehouse=server.warehouse, spark_config=conf, server=server,
+    return Catalog(kind="rest", name=REST_CATALOG, warehouse=server.warehouse, spark_config=conf, server=server, s3=server,
                    secrets={f"{prefix}.credential": server.credential})
 
 

@@ -16,12 +16,11 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use the test 
 
 TEST_CATALOG = "lake"
 
-# The suites' run on the REST catalog over S3: tests/test_lake.py starts an S3 server, then runs
-# the catalog-parametrized tests it lists in a pytest process of its own with this variable set
-# (the server, as s3_server.S3Server.to_env). There `catalog` is the REST catalog only, and the
-# shared session carries the Iceberg runtime and AWS bundle jars of one version
-# (tests/maven_jars.py) instead of the PyPI runtime, which has no AWS bundle of its version.
-from catalogs import ON_REST, S3_SERVER_ENV  # noqa: E402
+# The S3 server's identity, in the AWS SDKs' own variables before any JVM starts: Spark's
+# S3FileIO, pyarrow's S3 and the runner subprocesses read it there, as a user's process would.
+from catalogs import CATALOG_KINDS, s3_identity_env, s3_secret  # noqa: E402
+
+os.environ.update(s3_identity_env())
 
 # The suite runs on two workers (README): a property's examples may take longer than Hypothesis's
 # 200 ms deadline on a busy machine, and their speed is not what any property asserts.
@@ -42,17 +41,23 @@ def spark_warehouse():
     shutil.rmtree(path, ignore_errors=True)
 
 
+def session_jars() -> list[str]:
+    """The shared session's jars: the Iceberg runtime and AWS bundle of one version from the
+    local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
+    catalogs' tests fail saying how to fetch them), then the JDBC catalog's driver."""
+    from dagster_incremental.spark.session import iceberg_runtime_jar
+    from maven_jars import s3_jars
+    from postgres_server import driver_jar
+
+    return (s3_jars() or [iceberg_runtime_jar()]) + ([driver_jar()] if driver_jar() else [])
+
+
 @pytest.fixture(scope="session")
 def spark(spark_warehouse):
     """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`."""
-    from dagster_incremental.spark.session import build_spark_session, iceberg_runtime_jar, spark_conf
-    from postgres_server import driver_jar
+    from dagster_incremental.spark.session import build_spark_session, spark_conf
 
-    jars = [iceberg_runtime_jar()] + ([driver_jar()] if driver_jar() else [])  # + the JDBC catalog's driver
-    if ON_REST:
-        from maven_jars import s3_jars
-
-        jars = (s3_jars() or []) + jars[1:]
+    jars = session_jars()
     conf = spark_conf(
         master="local[2]",
         app_name="dagster-incremental-tests",
@@ -87,48 +92,55 @@ def postgres():
 def s3():
     """An S3 server with an Iceberg REST catalog (SeaweedFS, tests/s3_server.py) on 127.0.0.1,
     started once per test session (per worker: ports picked free), stopped at the end."""
-    from s3_server import S3Server, s3_server
+    from s3_server import s3_server
 
-    if ON_REST:  # the server of the test that started this process
-        server = S3Server.from_env(os.environ[S3_SERVER_ENV])
-        os.environ.update(server.aws_env())
-        yield server
-        return
-    with s3_server() as server:
+    with s3_server(s3_secret()) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def rest_catalog(s3):
-    """The REST catalog over S3 (tests/catalogs.py). Its Spark runs in a process of its own: the
-    shared session has no AWS bundle. Not skipped when the jars are missing: a failure."""
-    from catalogs import rest_catalog
+def s3_jars():
+    """The Iceberg runtime and AWS bundle jars the S3 catalogs need. Not skipped when they are
+    missing: a failure that says how to fetch them."""
     from maven_jars import ARTIFACTS, s3_jars
 
     jars = s3_jars()
     if jars is None:
         pytest.fail("the Iceberg runtime and AWS bundle jars are not in the local Maven repository: "
                     + "; ".join(f"mvn dependency:get -Dartifact={':'.join(a)}" for a in ARTIFACTS), pytrace=False)
-    return rest_catalog(s3, jars)
+    return jars
 
 
-@pytest.fixture(scope="session", params=["rest"] if ON_REST else ["hadoop", "jdbc"])
+@pytest.fixture(scope="session")
+def rest_catalog(s3, s3_jars):
+    """The REST catalog over S3 (tests/catalogs.py)."""
+    from catalogs import rest_catalog
+
+    return rest_catalog(s3, s3_jars)
+
+
+@pytest.fixture(scope="session")
+def jdbc_catalog(postgres, s3, s3_jars):
+    """The JDBC catalog on PostgreSQL, its warehouse on S3 (tests/catalogs.py)."""
+    from catalogs import jdbc_catalog
+    from postgres_server import driver_jar
+
+    return jdbc_catalog(postgres, s3, [*s3_jars, driver_jar()])
+
+
+@pytest.fixture(scope="session", params=CATALOG_KINDS)
 def catalog(request, spark, spark_warehouse):
-    """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`."""
-    from catalogs import hadoop_catalog, jdbc_catalog
+    """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`:
+    its keys set on the shared session, its secrets in the environment as a user's process has them."""
+    from catalogs import hadoop_catalog
 
     if request.param == "hadoop":
         return hadoop_catalog(spark_warehouse)
-    if request.param == "rest":
-        found = request.getfixturevalue("rest_catalog")
-        os.environ.update(found.environment())  # the secrets as a user's process gets them
-        for key, value in {**found.spark_config, **found.secrets}.items():
-            if key != "spark.jars":
-                spark.conf.set(key, value)
-        return found
-    found = jdbc_catalog(request.getfixturevalue("postgres"), os.path.join(spark_warehouse, "jdbc"))
-    for key, value in found.spark_config.items():
-        spark.conf.set(key, value)
+    found = request.getfixturevalue(f"{request.param}_catalog")
+    os.environ.update(found.environment())
+    for key, value in {**found.spark_config, **found.secrets}.items():
+        if key != "spark.jars":
+            spark.conf.set(key, value)
     return found
 
 
@@ -144,12 +156,7 @@ def instance():
 def pytest_collection_modifyitems(config, items):
     """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
-    suite without anyone having to remember the marker. SLOW_FIRST modules go first. In the
-    REST run (ON_REST) only the tests on the `rest` catalog are collected."""
-    if ON_REST:
-        on_rest = [i for i in items if getattr(getattr(i, "callspec", None), "params", {}).get("catalog") == "rest"]
-        config.hook.pytest_deselected(items=[i for i in items if i not in on_rest])
-        items[:] = on_rest
+    suite without anyone having to remember the marker. SLOW_FIRST modules go first."""
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)

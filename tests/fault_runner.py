@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-POINTS = ("none", "mid-stream", "during-commit", "after-commit", "event-recording")
+POINTS = ("none", "mid-stream", "before-commit", "during-commit", "after-commit", "event-recording")
 
 
 def die() -> None:
@@ -67,7 +67,17 @@ def main() -> int:
                       "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
 
-    if point == "during-commit":
+    if point == "before-commit":
+        # Die between the local write path's files and its Iceberg commit (a merge's; an
+        # append's): the files are in the table's location, and nobody's.
+        from dagster_incremental.spark.local import append as local_append, merge as local_merge
+
+        def die_instead(*args, **kwargs):
+            die()
+
+        local_merge._commit = die_instead
+        local_append.LocalAppend.commit = die_instead
+    elif point == "during-commit":
         # Die while the commit statement runs: a timer fires shortly after it starts (before,
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
         original_cm = spark_commit.conflicts_as_concurrent_run

@@ -1,4 +1,4 @@
-"""The jars the object-storage tests take from the local Maven repository, by coordinates.
+"""The jars the test session's Spark takes from the local Maven repository, by coordinates.
 
 Spark writes Iceberg to S3 through Iceberg's S3FileIO, which needs the AWS SDK v2 that the
 runtime jar does not bundle: `iceberg-aws-bundle`, of exactly the runtime's Iceberg version.

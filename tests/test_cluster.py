@@ -4,7 +4,10 @@ A module fixture starts a master and one worker (1 core, 1 GB) from pyspark's ow
 `bin/spark-class` on 127.0.0.1 and always stops them. The same driver
 (`tests/spark_cluster.py`) runs twice, each in its own process (this one already has a
 SparkContext): once with `[spark] master = "spark://127.0.0.1:<port>"`, once with `local[1]`,
-each on its own warehouse, Dagster instance and copy of the (deterministic) example data. Each
+each with its own namespace, Dagster instance and copy of the (deterministic) example data. The
+tables are where a cluster's are: on the REST catalog over S3 (tests/catalogs.py), set through
+the environment over the example's config.toml; driver, executors and S3 server share no folder
+that holds a table, so every file the executors write goes to the bucket. Each
 run loads the main job (upsert, scd2, append, a Spark rollup), then one step of changes to the
 orders incrementally, then a three-day ranged backfill of `daily_events`; both must end in the
 same tables and the same cursors.
@@ -19,9 +22,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+
+from catalogs import Catalog
 
 from spark_cluster import BACKFILL, ROOT, TABLES, StandaloneCluster, listening_addresses, make_sources
 
@@ -63,9 +69,10 @@ def sources(tmp_path_factory) -> Path:
 
 
 class Driver:
-    """The driver in a subprocess on `master`, with its own warehouse, instance and data copy."""
+    """The driver in a subprocess on `master`, with its own namespace, instance and data copy, on
+    the `lake` catalog (its keys and secrets in the environment, as a deployment sets them)."""
 
-    def __init__(self, base: Path, sources: Path, master: str):
+    def __init__(self, base: Path, sources: Path, master: str, lake: Catalog):
         self.base, self.master = base, master
         home = base / "dagster_home"
         home.mkdir(parents=True)
@@ -79,12 +86,15 @@ class Driver:
             "spark.default.parallelism": "2",
             "spark.executor.memory": "512m",
             "spark.cores.max": "1",
+            **lake.spark_config,
         }
-        env = dict(os.environ)
+        env = {**os.environ, **lake.environment()}
         env.update(
             DAGSTER_HOME=str(home),
             DAGSTER_INCREMENTAL_EXAMPLE_DATA=str(data),
-            DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE=str(base / "warehouse"),
+            DAGSTER_INCREMENTAL__DESTINATION__CATALOG=lake.name,
+            DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE=lake.warehouse,
+            DAGSTER_INCREMENTAL__DESTINATION__NAMESPACE=f"cluster_{base.name}_{uuid.uuid4().hex[:6]}",
             DAGSTER_INCREMENTAL__SPARK__MASTER=master,
             DAGSTER_INCREMENTAL__SPARK__CONF="{" + ", ".join(f'"{k}" = "{v}"' for k, v in conf.items()) + "}",
             SPARK_LOCAL_IP="127.0.0.1",
@@ -118,12 +128,12 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, sources, tmp_path_factory):
+def runs(cluster, sources, rest_catalog, tmp_path_factory):
     """Both drivers at once (each mostly waits on its own JVM): the cluster one and a local one."""
     drivers = {}
     try:
-        drivers["cluster"] = Driver(tmp_path_factory.mktemp("on_cluster"), sources, cluster.master_url)
-        drivers["local"] = Driver(tmp_path_factory.mktemp("on_local"), sources, "local[1]")
+        drivers["cluster"] = Driver(tmp_path_factory.mktemp("on_cluster"), sources, cluster.master_url, rest_catalog)
+        drivers["local"] = Driver(tmp_path_factory.mktemp("on_local"), sources, "local[1]", rest_catalog)
         return {name: driver.result() for name, driver in drivers.items()}
     finally:
         for driver in drivers.values():
@@ -167,6 +177,15 @@ def test_the_runs_used_the_cluster(cluster, on_cluster):
     assert jars, sorted(str(p) for p in cluster.work_dir.rglob("*"))
 
 
+def test_the_executors_wrote_the_tables_to_the_bucket(rest_catalog, on_cluster):
+    """Every file of every table is an object in the S3 server's table bucket (the warehouse is no
+    folder anyone shares), and the executors wrote some: the tasks of the driver's Spark writes."""
+    assert on_cluster["files"] and set(on_cluster["files"]) == set(TABLES)
+    for name, paths in on_cluster["files"].items():
+        assert paths and all(p.startswith(rest_catalog.warehouse + "/") for p in paths), (name, paths[:3])
+    assert on_cluster["executor_output_bytes"] > 0
+
+
 def test_the_cluster_listens_on_loopback_only(cluster, on_cluster):
     for pid in cluster.pids():
         addresses = listening_addresses(pid)
@@ -181,7 +200,7 @@ def test_cluster_and_local_mode_give_the_same_tables_and_cursors(on_cluster, on_
     for name in TABLES:
         assert cluster_tables[name]["rows"], f"{name} is empty"
         assert cluster_tables[name] == local_tables[name], f"{name} differs between cluster and local mode"
-    assert _metadata_differences(on_cluster["runs"], on_local["runs"]) == []
+    assert _metadata_differences(_in_any_namespace(on_cluster), _in_any_namespace(on_local)) == []
     assert on_cluster["udf_keys"] == on_local["udf_keys"]
 
 
@@ -195,6 +214,12 @@ def _metadata_differences(cluster_runs: dict, local_runs: dict) -> list:
             a, b = (_snapshot_ids_masked(runs.get(where, {})) for runs in (cluster, local))
             found += [(label, *where, k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
     return found
+
+
+def _in_any_namespace(result: dict) -> dict:
+    """The runs' metadata with the driver's own namespace (in table names) written as <ns>."""
+    text = json.dumps(result["runs"]).replace(f'.{result["namespace"]}.', ".<ns>.")
+    return json.loads(text)
 
 
 def _snapshot_ids_masked(metadata: dict) -> dict:

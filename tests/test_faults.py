@@ -36,7 +36,7 @@ from attack_support import (
     snapshots,
     source_asset,
 )
-from catalogs import assert_pyiceberg_agrees, to_env
+from catalogs import assert_pyiceberg_agrees, plain, to_env
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.spark import commit as spark_commit, writer as table_writer
 
@@ -167,10 +167,11 @@ POINTS = ["mid-stream-exception", "after-staging", "commit-raises", "after-commi
 HEAL_AFTER = {"commit-raises", "after-commit", "event-recording"}
 
 
-# Every strategy on the Hadoop catalog; on the JDBC catalog each commit kind once (the local
-# append, the local merge's RowDelta, a Spark MERGE): scd2 commits as delete-insert does.
+# Every strategy on the Hadoop catalog; on the JDBC and REST catalogs (over S3) each commit kind
+# once (the local append, the local merge's RowDelta, a Spark MERGE): scd2 commits as
+# delete-insert does.
 IN_PROCESS = [("hadoop", s) for s in ("append", "delete-insert", "upsert", "scd2")] + [
-    ("jdbc", s) for s in ("append", "delete-insert", "upsert")]
+    (c, s) for c in ("jdbc", "rest") for s in ("append", "delete-insert", "upsert")]
 
 
 @pytest.mark.parametrize("catalog, strategy", IN_PROCESS, indirect=["catalog"], ids=[f"{c}-{s}" for c, s in IN_PROCESS])
@@ -285,3 +286,57 @@ def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark,
         history.committed()
         history.check(spark, io, instance, name, strategy)
         assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
+
+
+def _table_files(spark, table: str) -> set[str]:
+    """The data and delete files any snapshot of `table` references."""
+    return {plain(r.file_path) for r in spark.sql(f"SELECT file_path FROM {table}.all_files").collect()}
+
+
+def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(spark, catalog, kill_env):
+    """A run killed as its commit starts has written its Parquet files (the local write path):
+    they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
+    removal (README, "Table maintenance"), listing the table's location through its FileIO,
+    deletes exactly them."""
+    base, home, namespace, config = kill_env
+    io = catalog.io_manager(namespace)
+    name = "orphans_upsert"
+    history = History()
+    feed = {"source": history.source}
+    asset = source_asset(name, config, "upsert", lambda: feed["source"]())
+    table = io.table_name(dg.AssetKey(name)).sql
+    with DagsterInstance.from_ref(dg._core.instance.InstanceRef.from_dir(str(home))) as instance:  # type: ignore[attr-defined]
+        assert materialize(asset, instance, io).success
+        history.committed()
+        location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first().data_type
+        data_before = {f for f in catalog.files_under(location) if "/data/" in f}
+        history.step()
+        proc = run_in_subprocess(kill_env, catalog, name, "upsert", "before-commit", history.source())
+        assert proc.returncode == -9, f"the process was not killed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+        left = {f for f in catalog.files_under(location) if "/data/" in f} - data_before
+        assert left and not left & _table_files(spark, table), "the killed run left no file, or its files are in the table"
+
+        healed = materialize(asset, instance, io)
+        assert healed.success, failure_text(healed)
+        history.committed()
+        history.check(spark, io, instance, name, "upsert")
+        assert not left & _table_files(spark, table)
+
+        removed = remove_orphan_files(spark, table)
+        assert removed == left, (sorted(removed), sorted(left))
+        assert not left & catalog.files_under(location)
+        history.check(spark, io, instance, name, "upsert")
+        assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
+
+
+def remove_orphan_files(spark, table: str) -> set[str]:
+    """README's maintenance recipe (`remove_orphan_files` with `prefix_listing => true`: the
+    table's location listed through its FileIO, so S3 needs no Hadoop S3 file system), as
+    Iceberg's action it calls, with the age limit at now instead of the procedure's 24 hours
+    at least: nothing else writes to this table now, and the test cannot wait a day."""
+    jvm, session = spark._jvm, spark._jsparkSession
+    iceberg = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, table)
+    action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session).deleteOrphanFiles(iceberg)
+    now = jvm.java.lang.System.currentTimeMillis() + 1000
+    result = action.olderThan(now).usePrefixListing(True).execute()
+    return {plain(location) for location in result.orphanFileLocations()}

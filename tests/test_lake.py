@@ -8,38 +8,16 @@ Maven jar and a JVM more), both engines commit to it with snapshot properties, a
 a commit's requirements (a commit on a stale `main` is refused: the compare-and-set of
 spark/commit.py holds), as the first test shows without a JVM.
 
-The catalog-parametrized suites run on it in a pytest process of their own (`LAKE_TESTS`): the
-shared Spark session of this process has the PyPI Iceberg runtime, for which Maven Central has
-no AWS bundle of the same version; the child's session has the 1.10.1 pair (tests/maven_jars.py).
+Every catalog-parametrized suite runs on it too (conftest.py's `catalog`: `rest`), in the shared
+Spark session, whose Iceberg runtime and AWS bundle are of one version (tests/maven_jars.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from catalogs import S3_SERVER_ENV
-
-ROOT = Path(__file__).resolve().parent.parent
-CHILD_TIMEOUT = 1200
-
-# The catalog-parametrized tests that pass on the REST catalog over S3 (their `rest` cases only:
-# conftest.py collects nothing else there).
-LAKE_TESTS = (
-    "tests/spark/test_branch_commit.py",
-    "tests/spark/test_commit.py",
-    "tests/spark/test_table_storage.py",
-    "tests/dagster/test_runs_without_spark.py",
-    "tests/dagster/test_assets.py",
-    "tests/dagster/test_table_state.py",
-    "tests/test_race_without_pool.py",
-)
 
 
 def test_pyiceberg_commits_with_properties_and_a_stale_commit_is_refused(rest_catalog):
@@ -66,18 +44,6 @@ def test_pyiceberg_commits_with_properties_and_a_stale_commit_is_refused(rest_ca
     reread = catalog.load_table((namespace, "t"))
     assert "moved" not in reread.properties
     assert sorted(reread.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
-
-
-def test_the_catalog_suites_pass_on_the_rest_catalog_over_s3(rest_catalog, tmp_path):
-    env = {**os.environ, **rest_catalog.server.aws_env(), S3_SERVER_ENV: rest_catalog.server.to_env()}
-    env.pop("PYTEST_XDIST_WORKER", None)
-    command = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", "-x",
-               "-o", "addopts=", "--basetemp", str(tmp_path / "child"), *LAKE_TESTS]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT,
-                          stdin=subprocess.DEVNULL)
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, f"the REST-catalog run failed ({done.returncode}):\n{tail}"
-    assert " passed" in done.stdout and " skipped" not in done.stdout.splitlines()[-1], tail
 
 
 def test_a_tables_metadata_and_cursor_are_read_from_the_rest_catalog_without_a_jvm(rest_catalog):

@@ -45,7 +45,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from attack_support import DISPOSITIONS, io_manager_for, materialize, write_config
+from attack_support import DISPOSITIONS, materialize
+from catalogs import HADOOP_ONLY
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
 from dagster_incremental.spark.write_spec import SCOPE_PROPERTY, STATE_PROPERTY
@@ -487,11 +488,18 @@ def failure(result: dg.ExecuteInProcessResult) -> str:
 
 
 @pytest.fixture(scope="module")
-def env(spark, spark_warehouse, tmp_path_factory):
+def env(spark, catalog, tmp_path_factory):
+    """The machine's session, instance, IO manager, config.toml and namespace on `catalog`."""
     namespace = "mb_" + uuid.uuid4().hex[:8]
-    config = write_config(tmp_path_factory.mktemp("mb") / "config.toml", spark_warehouse, namespace)
+    config = tmp_path_factory.mktemp("mb") / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
     with dg.instance_for_test() as instance:
-        yield spark, instance, io_manager_for(spark_warehouse, namespace), config, namespace
+        yield spark, instance, catalog.io_manager(namespace), str(config), namespace
+
+
+# The fixed sequences (every rule: each commit path) on the local Hadoop catalog and on the REST
+# catalog over S3; the random sequences, whose subject is the model's rules, on the Hadoop one.
+LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
 
 
 class TableMachine(RuleBasedStateMachine):
@@ -504,7 +512,8 @@ class TableMachine(RuleBasedStateMachine):
         super().__init__()
         self.spark, self.instance, self.io, self.config, self.namespace = self.ENV
         self.name = "mb_" + uuid.uuid4().hex[:10]
-        self.table = f"lake.{self.namespace}.{self.name}"
+        self.catalog = self.io.catalog
+        self.table = f"{self.catalog}.{self.namespace}.{self.name}"
         self.snapshots: dict[int, tuple] = {}  # snapshot id -> the model's table and cursor then
 
     def remember(self) -> None:
@@ -527,7 +536,7 @@ class TableMachine(RuleBasedStateMachine):
         if not ancestors:
             return
         target = ancestors[pick % len(ancestors)]
-        self.spark.sql(f"CALL lake.system.rollback_to_snapshot('{self.namespace}.{self.name}', {target})")
+        self.spark.sql(f"CALL {self.catalog}.system.rollback_to_snapshot('{self.namespace}.{self.name}', {target})")
         self.model.restore(self.snapshots[target])
 
     @precondition(lambda self: self.model.table is not None)
@@ -535,12 +544,12 @@ class TableMachine(RuleBasedStateMachine):
     def maintenance(self):
         """Compact the data files, then expire every snapshot older than the newest cursor commit."""
         ident = f"{self.namespace}.{self.name}"
-        self.spark.sql(f"CALL lake.system.rewrite_data_files(table => '{ident}', options => map('min-input-files', '1'))")
+        self.spark.sql(f"CALL {self.catalog}.system.rewrite_data_files(table => '{ident}', options => map('min-input-files', '1'))")
         snaps = lineage(self.spark, self.table)
         keep = next((i + 1 for i, (_, s) in enumerate(snaps) if STATE_PROPERTY in s), len(snaps))
         now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         self.spark.sql(
-            f"CALL lake.system.expire_snapshots(table => '{ident}', older_than => TIMESTAMP '{now}', retain_last => {keep})"
+            f"CALL {self.catalog}.system.expire_snapshots(table => '{ident}', older_than => TIMESTAMP '{now}', retain_last => {keep})"
         )
         self.remember()
 
@@ -719,11 +728,13 @@ def drive(machine: Any, steps: list[tuple[str, dict]]) -> None:
 
 # CI's time budget: the two merge dispositions with the most state (tombstones, history) in CI,
 # every disposition in the large profile.
+@LOCAL_AND_LAKE
 @pytest.mark.parametrize("disposition", DISPOSITION_NAMES if PROFILE == "large" else ["upsert", "scd2"])
 def test_every_rule_in_one_sequence(env, disposition):
     drive(type("M", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})(), EVERY_RULE)
 
 
+@HADOOP_ONLY
 @pytest.mark.parametrize("disposition", DISPOSITION_NAMES)
 def test_any_sequence_of_operations_leaves_the_table_and_cursor_of_the_model(env, disposition):
     machine = type(f"Machine_{disposition.replace('-', '_')}", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})
@@ -818,6 +829,7 @@ def noon_of_today(monkeypatch):
     monkeypatch.setattr(partition_scope, "utc_now", lambda: DAY0 + timedelta(days=TODAY, hours=12))
 
 
+@HADOOP_ONLY
 def test_any_sequence_on_a_daily_partitioned_asset_leaves_the_table_and_cursors_of_the_model(env, noon_of_today):
     run_state_machine_as_test(type("DailyMachineRun", (DailyMachine,), {"ENV": env}), settings=RUNS)
 
@@ -844,6 +856,7 @@ EVERY_DAILY_RULE = [
 ]
 
 
+@LOCAL_AND_LAKE
 def test_every_daily_rule_in_one_sequence(env, noon_of_today):
     drive(type("D", (DailyMachine,), {"ENV": env})(), EVERY_DAILY_RULE)
 
@@ -862,5 +875,6 @@ DROPPED_THEN_BACKFILLED = [
 ]
 
 
+@HADOOP_ONLY
 def test_a_table_recreated_by_a_backfill_after_a_drop_is_not_continued(env):
     drive(type("M", (AssetMachine,), {"DISPOSITION": "upsert", "ENV": env})(), DROPPED_THEN_BACKFILLED)
