@@ -85,17 +85,19 @@ def workdir(prefix: str, config_toml: str = "") -> Iterator[Workdir]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4):
-    """The SparkTableIOManager a user would configure, on this workdir's warehouse."""
+def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4, lake: dict | None = None):
+    """The SparkTableIOManager a user would configure, on this workdir's warehouse, or on `lake`'s
+    catalog ({"catalog", "namespace", "warehouse", "spark_config"}: bench/lake.py's REST over S3)."""
     from dagster_incremental import SparkTableIOManager
 
+    lake = lake or {}
     return SparkTableIOManager(
         master=master,
         app_name="dagster-incremental-bench",
-        spark_config=spark_extra_conf(master, shuffle_partitions),
-        catalog=CATALOG,
-        namespace=NAMESPACE,
-        warehouse=str(wd.warehouse),
+        spark_config={**spark_extra_conf(master, shuffle_partitions), **lake.get("spark_config", {})},
+        catalog=lake.get("catalog", CATALOG),
+        namespace=lake.get("namespace", NAMESPACE),
+        warehouse=lake.get("warehouse", str(wd.warehouse)),
     )
 
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io as _io
+import json
 import os
 import pstats
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "ROWS_PER_FILE): gives a small table the file count of a large one")
     ap.add_argument("--no-phases", action="store_true", help="do not time library phases")
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
+    ap.add_argument("--lake", help="a JSON file naming another catalog (bench/lake.py: REST over S3)")
     args = ap.parse_args(argv)
 
     import dagster as dg
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
         if args.jobs:
             os.environ["BENCH_EVENT_LOG"] = tempfile.mkdtemp(prefix="events_", dir=wd.root)
         instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
-        io = common.io_manager(wd, args.master)
+        lake = json.loads(Path(args.lake).read_text()) if args.lake else None
+        io = common.io_manager(wd, args.master, lake=lake)
         spark, spark_start = common.start_spark(io)
         timer = None if args.no_phases else common.instrument()
         asset = build_asset(str(wd.config), state, args.rows, args.changes, timer)
@@ -190,6 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
         record = {
             "bench": "orders",
             "engine": "dagster-incremental+iceberg",
+            "catalog": (lake or {}).get("catalog", common.CATALOG),
             "rows": args.rows,
             "changes": args.changes,
             "runs": args.runs,

@@ -23,9 +23,16 @@ CATALOG_KINDS = ("hadoop", "jdbc", "rest")
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
 # runs) run on every kind.
 HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
+# For a feature whose commits differ on a catalog service over object storage (a `Changes` read
+# of the upstream's snapshots, tenant-scoped cursors, the model-based sequences): the local
+# Hadoop catalog and the REST catalog over S3.
+LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
 # itself (a Hadoop folder, a REST catalog's answer; a JDBC catalog's only Spark reads).
 WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
+REST_CATALOG = "rest"  # the REST catalog's Spark name
+
 # The tests' S3 identity: set in the test process's environment before its JVM starts (conftest.py),
 # so that Spark's S3FileIO, pyarrow's S3 and every runner subprocess find it where a user's would.
 _S3_SECRET = os.urandom(12).hex()
@@ -40,8 +47,6 @@ def s3_identity_env() -> dict[str, str]:
 
 def s3_secret() -> str:
     return _S3_SECRET
-JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
-REST_CATALOG = "rest"  # the REST catalog's Spark name
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,6 @@ class Catalog:
         from pyiceberg.catalog.sql import SqlCatalog
 
         return SqlCatalog(self.name, uri=self.server.sqlalchemy_uri, warehouse=self.warehouse, **s3)
-
 
     def files_under(self, location: str) -> set[str]:
         """Every file under `location` (a table's folder or prefix): listed from the disk or the

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 
-def test_pyiceberg_commits_with_properties_and_a_stale_commit_is_refused(rest_catalog):
+def test_pyiceberg_commits_with_properties_a_stale_commit_is_refused_and_duckdb_reads(rest_catalog):
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.schema import Schema
     from pyiceberg.table.update import AssertRefSnapshotId, SetPropertiesUpdate
@@ -50,6 +50,9 @@ def test_pyiceberg_commits_with_properties_and_a_stale_commit_is_refused(rest_ca
     reread = catalog.load_table((namespace, "t"))
     assert "moved" not in reread.properties
     assert sorted(reread.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
+    # DuckDB reads it through pyiceberg's scan (README, "Reading the tables from other engines")
+    duck = reread.scan().to_duckdb(table_name="t")
+    assert duck.execute("SELECT count(*), sum(id) FROM t").fetchone() == (3, 6)
 
 
 def test_a_tables_metadata_and_cursor_are_read_from_the_rest_catalog_without_a_jvm(rest_catalog):

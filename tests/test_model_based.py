@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from attack_support import DISPOSITIONS, materialize
-from catalogs import HADOOP_ONLY
+from catalogs import HADOOP_ONLY, LOCAL_AND_LAKE
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
 from dagster_incremental.spark.write_spec import SCOPE_PROPERTY, STATE_PROPERTY
@@ -497,9 +497,9 @@ def env(spark, catalog, tmp_path_factory):
         yield spark, instance, catalog.io_manager(namespace), str(config), namespace
 
 
-# The fixed sequences (every rule: each commit path) on the local Hadoop catalog and on the REST
-# catalog over S3; the random sequences, whose subject is the model's rules, on the Hadoop one.
-LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+# The fixed sequences (every rule: each commit path) run on the local Hadoop catalog and on the
+# REST catalog over S3 (LOCAL_AND_LAKE); the random ones, whose subject is the model's rules, on
+# the Hadoop one.
 
 
 class TableMachine(RuleBasedStateMachine):

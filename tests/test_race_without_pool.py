@@ -28,7 +28,7 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 4
 TICK = 0.1  # seconds per source tick
-COMMITS = 3  # the source grows until each asset has this many successful runs ...
+COMMITS = 2  # the source grows until each asset has this many successful runs ...
 RACE = (20, 150)  # ... and at least 20 s, at most 150 s (a slow machine runs fewer rounds a second)
 
 

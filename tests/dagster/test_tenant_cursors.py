@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 from attack_support import failure_text
-from catalogs import HADOOP_ONLY
+from catalogs import HADOOP_ONLY, LOCAL_AND_LAKE
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 TENANTS = dg.StaticPartitionsDefinition(["acme", "globex"])
@@ -300,7 +300,7 @@ def test_a_row_of_another_tenant_fails_the_run_and_writes_nothing(spark, instanc
     assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("orders_x")).sql)
 
 
-@HADOOP_ONLY
+@LOCAL_AND_LAKE
 def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backfills_one_tenant(spark, instance, io_manager, config_file):
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     yesterday = today - timedelta(days=1)

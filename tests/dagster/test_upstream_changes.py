@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 
 from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
 from attack_support import failure_text
-from catalogs import HADOOP_ONLY
+from catalogs import HADOOP_ONLY, LOCAL_AND_LAKE
 
-pytestmark = [pytest.mark.spark, HADOOP_ONLY]
+pytestmark = [pytest.mark.spark]
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -47,6 +47,7 @@ def snapshot_now(spark, io, name: str) -> int:
     return spark.sql(f"SELECT snapshot_id FROM {table_ref.sql}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
 
 
+@HADOOP_ONLY
 def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(spark, instance, io_manager, config_file):
     source = [{"id": i, "amount": 10 * i, "seq": i} for i in range(1, 4)]
     received = []
@@ -83,6 +84,7 @@ def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(
     assert table(spark, io_manager, "orders_enriched", "id") == [(i,) for i in range(1, 6)]
 
 
+@LOCAL_AND_LAKE
 def test_merge_upstream_gives_changed_and_deleted_rows_with_their_kind(spark, instance, io_manager, config_file):
     source = {i: {"id": i, "amount": 10 * i, "deleted": False} for i in range(1, 6)}
     received = []
@@ -110,6 +112,7 @@ def test_merge_upstream_gives_changed_and_deleted_rows_with_their_kind(spark, in
     assert table(spark, io_manager, "orders", "id", "amount") == [(1, 10), (2, 99), (3, 30), (5, 50), (6, 60)]
 
 
+@HADOOP_ONLY
 def test_rewritten_upstream_fails_clearly_until_a_full_refresh(spark, instance, io_manager, config_file):
     source = [{"id": i, "seq": i} for i in range(1, 4)]
     received = []
@@ -142,6 +145,7 @@ def test_rewritten_upstream_fails_clearly_until_a_full_refresh(spark, instance, 
     assert state_of(refreshed, "copy")["last_value"] == snapshot_now(spark, io_manager, "orders")
 
 
+@HADOOP_ONLY
 def test_three_asset_chain_passes_one_change_through(spark, instance, io_manager, config_file):
     source = [{"id": i, "day": f"2024-01-0{1 + i % 3}", "amount": i, "seq": i} for i in range(1, 10)]
     received = {"enriched": [], "daily": []}
@@ -176,6 +180,7 @@ def test_three_asset_chain_passes_one_change_through(spark, instance, io_manager
 
 
 @pytest.mark.parametrize("new_rows", [10, 2], ids=["past-the-bound-spark-writes", "collected-written-locally"])
+@HADOOP_ONLY
 def test_a_change_run_computes_the_functions_spark_output_once(spark, instance, io_manager, config_file,
                                                                monkeypatch, tmp_path, new_rows):
     """A function's Spark output is collected for the local write only when the upstream commits
