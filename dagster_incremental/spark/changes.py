@@ -23,7 +23,9 @@ from typing import Any
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.commit import iceberg_table
+from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.table_storage import TableStorage
 
 CHANGE_TYPE = "_change_type"
 INSERT, DELETE = "INSERT", "DELETE"
@@ -131,7 +133,8 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
     located = [*start.columns, _FILE, _POS]
     gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
     if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
-        gone = gone.unionByName(_position_deleted(spark, start, delete_files)).dropDuplicates([_FILE, _POS])
+        positions = _delete_positions(spark, table, delete_files)
+        gone = gone.unionByName(_position_deleted(start, positions)).dropDuplicates([_FILE, _POS])
     gone = gone.drop(_FILE, _POS)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
     # A row on both sides was only rewritten (copy-on-write, compaction): not a change. One
@@ -174,17 +177,35 @@ def _java_list(spark, iterable) -> list:
     return list(spark._jvm.java.util.ArrayList(spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)))
 
 
-def _position_deleted(spark, start, delete_files: Sequence[tuple[str, str]]):
-    """Rows live at the start snapshot at the positions the new delete files delete, with their
-    `_file` and `_pos` (only those delete files are read)."""
+def _delete_positions(spark, table: TableRef, delete_files: Sequence[tuple[str, str]]):
+    """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files read.
+
+    Read through the table's own storage where this process can (pyarrow: a local folder, or S3
+    as the table's S3FileIO reaches it, which Spark's file reader cannot without Hadoop's S3A);
+    else (HDFS, S3A, a delete file that is not Parquet) by Spark's reader, which reaches those."""
     from pyspark.sql import functions as F
 
+    storage = TableStorage.of_table(spark._jvm, iceberg_table(spark, table))
+    if storage is not None and all(fmt == "parquet" for _, fmt in delete_files):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        read = [pq.read_table(storage.path(path), filesystem=storage.filesystem, columns=["file_path", "pos"])
+                for path, _ in delete_files]
+        positions = arrow_to_spark(spark, pa.concat_tables(read).rename_columns([_FILE, _POS]))
+        return positions.distinct()
     parts = [
         spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
         .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
         for file_format in sorted({fmt for _, fmt in delete_files})
     ]
-    positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+    return functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+
+
+def _position_deleted(start, positions):
+    """Rows live at the start snapshot at `positions`, with their `_file` and `_pos`."""
+    from pyspark.sql import functions as F
+
     files = [r[0] for r in positions.select(_FILE).distinct().collect()]
     if not files:
         return start.select(*start.columns, _FILE, _POS).limit(0)
