@@ -296,7 +296,7 @@ def _table_files(spark, table: str) -> set[str]:
 def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(spark, catalog, kill_env):
     """A run killed as its commit starts has written its Parquet files (the local write path):
     they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
-    removal (README, "Table maintenance"), listing the table's location through its FileIO,
+    removal (README, "Behaviour worth knowing"), listing the table's location through its FileIO,
     deletes exactly them."""
     base, home, namespace, config = kill_env
     io = catalog.io_manager(namespace)
