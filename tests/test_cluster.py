@@ -28,7 +28,6 @@ from pathlib import Path
 import pytest
 
 from catalogs import Catalog
-
 from spark_cluster import BACKFILL, ROOT, TABLES, StandaloneCluster, listening_addresses, make_sources
 
 pytestmark = pytest.mark.spark
