@@ -144,6 +144,19 @@ def catalog(request, spark, spark_warehouse):
     return found
 
 
+@pytest.fixture(autouse=True)
+def catalog_secrets_only_where_a_catalog_is(request, monkeypatch):
+    """`catalog` puts its secrets in this process's environment, as a user's process has them;
+    a test that takes no catalog sees the environment without them (one that reads secrets
+    from the environment would otherwise find another test's)."""
+    if "catalog" in request.fixturenames:
+        return
+    from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX
+
+    for key in [k for k in os.environ if k.startswith(f"{SECRETS_ENV_PREFIX}SPARK__CONF__SPARK_SQL_CATALOG_")]:
+        monkeypatch.delenv(key)
+
+
 @pytest.fixture
 def instance():
     """A throwaway Dagster instance (its own temp storage) for one test."""
