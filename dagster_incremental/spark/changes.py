@@ -133,8 +133,8 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
     located = [*start.columns, _FILE, _POS]
     gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
     if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
-        positions = _delete_positions(spark, table, delete_files)
-        gone = gone.unionByName(_position_deleted(start, positions)).dropDuplicates([_FILE, _POS])
+        positions, files = _delete_positions(spark, table, delete_files)
+        gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
     gone = gone.drop(_FILE, _POS)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
     # A row on both sides was only rewritten (copy-on-write, compaction): not a change. One
@@ -177,8 +177,9 @@ def _java_list(spark, iterable) -> list:
     return list(spark._jvm.java.util.ArrayList(spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)))
 
 
-def _delete_positions(spark, table: TableRef, delete_files: Sequence[tuple[str, str]]):
-    """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files read.
+def _delete_positions(spark, table: TableRef, delete_files: Sequence[tuple[str, str]]) -> tuple[Any, list[str]]:
+    """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files read,
+    and the data files they point into.
 
     Read through the table's own storage where this process can (pyarrow: a local folder, or S3
     as the table's S3FileIO reaches it, which Spark's file reader cannot without Hadoop's S3A);
@@ -188,25 +189,26 @@ def _delete_positions(spark, table: TableRef, delete_files: Sequence[tuple[str, 
     storage = TableStorage.of_table(spark._jvm, iceberg_table(spark, table))
     if storage is not None and all(fmt == "parquet" for _, fmt in delete_files):
         import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        read = [pq.read_table(storage.path(path), filesystem=storage.filesystem, columns=["file_path", "pos"])
-                for path, _ in delete_files]
-        positions = arrow_to_spark(spark, pa.concat_tables(read).rename_columns([_FILE, _POS]))
-        return positions.distinct()
+        read = pa.concat_tables(pq.read_table(storage.path(path), filesystem=storage.filesystem,
+                                              columns=["file_path", "pos"]) for path, _ in delete_files)
+        files = pc.unique(read.column("file_path")).to_pylist()  # known here: no Spark job for them
+        return arrow_to_spark(spark, read.rename_columns([_FILE, _POS])).distinct(), files
     parts = [
         spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
         .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
         for file_format in sorted({fmt for _, fmt in delete_files})
     ]
-    return functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+    positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+    return positions, [r[0] for r in positions.select(_FILE).distinct().collect()]
 
 
-def _position_deleted(start, positions):
-    """Rows live at the start snapshot at `positions`, with their `_file` and `_pos`."""
+def _position_deleted(start, positions, files: list[str]):
+    """Rows live at the start snapshot at `positions` (in data `files`), with `_file` and `_pos`."""
     from pyspark.sql import functions as F
 
-    files = [r[0] for r in positions.select(_FILE).distinct().collect()]
     if not files:
         return start.select(*start.columns, _FILE, _POS).limit(0)
     rows = start.where(F.col(_FILE).isin(files)).select(*start.columns, _FILE, _POS)
