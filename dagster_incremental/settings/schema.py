@@ -111,9 +111,8 @@ class DestinationSettings(Table):
     """[destination]: where tables live. `warehouse` is absolute, or a URI exactly as given."""
 
     hint = "make it a table: [destination]"
-    # "delta" is reserved: rejected when config loads, not at the first write
-    format: Annotated[Literal["iceberg"], _hint('use "iceberg", the only table format supported ("delta" '
-                                                'is not available yet)')] = "iceberg"
+    # Delta tables live at <warehouse>/<namespace>/<table>; `catalog` names them in the UI.
+    format: Annotated[Literal["iceberg", "delta"], _hint('use "iceberg" or "delta"')] = "iceberg"
     catalog: Annotated[Text, AfterValidator(check.no_dot), _hint('use a catalog name without dots, e.g. "lake"')] = "lake"
     namespace: Annotated[Text, _hint('use a namespace such as "incremental"')] = "incremental"
     warehouse: Annotated[Text, _hint("use a folder path (relative to the config file's folder) or a URI such "

@@ -28,6 +28,9 @@ class TableRef:
     catalog: str
     namespace: tuple[str, ...]
     name: str
+    # A Delta table lives at a path, not in a catalog: `.sql` is then Delta's path identifier
+    # (delta.`<location>`), while `display` keeps the name people know it by.
+    location: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.namespace, str):
@@ -62,8 +65,15 @@ class TableRef:
 
     @property
     def sql(self) -> str:
-        """The quoted identifier: `catalog`.`namespace`.`name` (backticks inside doubled)."""
+        """The quoted identifier: `catalog`.`namespace`.`name` (backticks inside doubled), or
+        delta.`<location>` for a table at a path."""
+        if self.location is not None:
+            return qualified("delta", self.location)
         return qualified(*self.parts)
+
+    def at(self, location: str) -> TableRef:
+        """The same name, kept at `location` (a Delta table's folder)."""
+        return TableRef(self.catalog, self.namespace, self.name, location)
 
     @property
     def namespace_sql(self) -> str:

@@ -566,10 +566,7 @@ def test_a_misspelt_table_is_read_as_an_argument_and_the_message_says_so(tmp_pat
          '[assets.orders.updated_at] cursor_type = "uuid" is not allowed; use one of "timestamp", "date", '
          '"number", "string", "epoch_seconds", "epoch_millis"'),
         ('[destination]\nformat = "parquet"\n',
-         '[destination] format = "parquet" is not allowed; use "iceberg", the only table format supported'),
-        ('[destination]\nformat = "delta"\n',
-         '[destination] format = "delta" is not allowed; use "iceberg", the only table format supported '
-         '("delta" is not available yet) (at line 2)'),
+         '[destination] format = "parquet" is not allowed; use "iceberg" or "delta" (at line 2)'),
         ('[assets.orders]\nwrite_disposition = "upsert"\n',
          '[assets.orders] write_disposition = "upsert" is not allowed; use "append", "replace" or "merge", '
          "or a table such as"),
