@@ -24,6 +24,7 @@ from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session import spark_conf
 from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.destination import tables_for
 from dagster_incremental.spark.table_service import TableService
 from dagster_incremental.spark.write_spec import IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
@@ -124,7 +125,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if self._tables is None:
             with _SERVICE_LOCK:
                 if self._tables is None:
-                    self._tables = TableService(self._spark_conf, self.table_format)
+                    self._tables = tables_for(self._spark_conf, self.table_format, self._warehouse())
         return self._tables
 
     @property
@@ -139,21 +140,25 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         """The session's flat conf; secrets are read here, at first use, never kept in a field."""
         from dagster_incremental.settings.secrets import with_secret_spark_conf
 
-        warehouse = self.warehouse
-        if "://" not in warehouse and not warehouse.startswith("file:"):
-            warehouse = str(Path(warehouse).resolve())
         return spark_conf(
             master=self.master,
             app_name=self.app_name,
             conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
             table_format=self.table_format,
             catalog=self.catalog,
-            warehouse=warehouse,
+            warehouse=self._warehouse(),
         )
 
+    def _warehouse(self) -> str:
+        """The warehouse as a URI or an absolute folder."""
+        if "://" in self.warehouse or self.warehouse.startswith("file:"):
+            return self.warehouse
+        return str(Path(self.warehouse).resolve())
+
     def table_name(self, asset_key: dg.AssetKey) -> TableRef:
-        """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__`."""
-        return TableRef.for_asset(self.catalog, self.namespace, asset_key.path)
+        """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__` (a Delta table also
+        carries its folder: <warehouse>/<namespace>/<table>)."""
+        return self.tables.table(self.catalog, self.namespace, asset_key.path)
 
     # -- what the run loop and the checks ask ------------------------------------------------------
 

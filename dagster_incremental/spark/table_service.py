@@ -14,31 +14,27 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dagster_incremental.errors import ConcurrentRunError, IncrementalConfigError
+from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.table_files import TableFiles
 from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 PUBLISH_ATTEMPTS = 5  # a compare-and-set refused by writers that left the cursor alone is retried
-_NO_TABLE = WriteResult(0, 0, 0, 0, None, ())
+NO_TABLE = WriteResult(0, 0, 0, 0, None, ())
 
 
 class TableService:
-    """One destination's tables: cursor reads, the run's one commit, and what the checks read.
+    """One destination's Iceberg tables: cursor reads, the run's one commit, and what the checks
+    read. The session and the commit's retry loop serve every format (spark/delta/tables.py
+    answers the same questions for Delta).
 
     Args:
         conf: a function returning the flat Spark conf (called once, at first use: secrets are
             read then, not when the code location loads).
-        table_format: only "iceberg" has a writer.
     """
 
-    def __init__(self, conf: Callable[[], Mapping[str, str]], table_format: str = "iceberg") -> None:
-        if table_format != "iceberg":
-            raise IncrementalConfigError(
-                f'[destination] format = "{table_format}" is not supported yet; '
-                'use format = "iceberg" (Delta Lake is planned).'
-            )
+    def __init__(self, conf: Callable[[], Mapping[str, str]]) -> None:
         self._conf_source = conf
         self._conf: Mapping[str, str] | None = None
         self._session: Any = None
@@ -84,6 +80,10 @@ class TableService:
 
         threading.Thread(target=start, name="dagster-incremental-spark-start", daemon=True).start()
 
+    def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
+        """The table of the asset whose key is `key_path`."""
+        return TableRef.for_asset(catalog, namespace, key_path)
+
     @property
     def writer(self) -> Any:
         from dagster_incremental.spark.writer import TableWriter
@@ -108,7 +108,7 @@ class TableService:
         """What a run that commits nothing reports: the table as it is."""
         files = files or self.files(table)
         if files.missing:
-            return _NO_TABLE
+            return NO_TABLE
         if files.metadata is not None:
             snapshot_id, _ = files.metadata.current_summary()
             schema, rows = files.metadata.spark_schema(), files.metadata.row_count()
@@ -186,8 +186,8 @@ class TableService:
         if _rowless(batch, files):
             batch = dataclasses.replace(batch, data=None)  # a typed empty batch is an empty list
         if _nothing_to_create(batch, files):
-            return _NO_TABLE, batch.expected_snapshot_id  # no rows, no schema, no table
-        if _nothing_to_commit(batch, current):
+            return NO_TABLE, batch.expected_snapshot_id  # no rows, no schema, no table
+        if nothing_to_commit(batch, current):
             # No rows and the table already holds this cursor: a commit would change nothing
             # (Spark is not needed), unless a replace must empty the table.
             unchanged = self.unchanged(table, files)
@@ -267,7 +267,7 @@ def stale_error(asset: str, table: TableRef, other: str | None) -> ConcurrentRun
     )
 
 
-def _nothing_to_commit(batch: IncrementalBatch, current: CommittedState | None) -> bool:
+def nothing_to_commit(batch: IncrementalBatch, current: CommittedState | None) -> bool:
     """A run without rows (not even a schema) whose cursor state is the one committed last."""
     from dagster_incremental.cursor.state import resumable, state_json
 

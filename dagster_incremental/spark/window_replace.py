@@ -13,7 +13,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.commit import PendingCommit
+from dagster_incremental.spark.table_format import DataCommit
 from dagster_incremental.spark.sql import column_list, in_window, quote, sql_param
 from dagster_incremental.spark.statistics import resolve_column
 from dagster_incremental.spark.write_spec import WindowReplace
@@ -26,7 +26,7 @@ _WINDOW_VIOLATION = "dagster_incremental: a batch row lies outside the window it
 
 def replace_window(
     spark: SparkSession,
-    commit: PendingCommit,
+    commit: DataCommit,
     rows: DataFrame | None,
     table_schema: T.StructType,
     window: WindowReplace,
@@ -83,7 +83,7 @@ def replace_window(
         spark.catalog.dropTempView(view)
 
 
-def _statement(commit: PendingCommit, view: str, condition: str, names: list[str]) -> str:
+def _statement(commit: DataCommit, view: str, condition: str, names: list[str]) -> str:
     """Delete what matches (the window, moved keys), insert the batch rows."""
     return (
         f"MERGE INTO {commit.target.sql} AS t USING {quote(view)} AS s ON {condition}\n"

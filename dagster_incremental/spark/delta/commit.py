@@ -1,0 +1,161 @@
+"""A run's one Delta commit: its data change and its cursor in the same commit, made only if the
+table still holds the cursor the run read.
+
+How, with Delta's own means (verified on Delta 3.3.2, tests/spark/test_delta.py):
+- the cursor rides in the commit's `userMetadata` (session conf
+  `spark.databricks.delta.commitInfo.userMetadata`, which every statement's commit takes);
+- the compare-and-set is Delta's idempotent write: every cursor-carrying commit names the
+  library's application id and a version one past the one the table recorded for that id when
+  the run checked its cursor (`spark.databricks.delta.write.txnAppId` / `txnVersion`). Delta
+  applies a write only if its version is above the recorded one, and refuses one whose id
+  another commit used meanwhile. So that recorded version is a counter every cursor-carrying
+  commit advances: of two runs that checked at the same count, one commits; the other's
+  statement is skipped or refused, and nothing of it is visible. A retried commit never applies
+  twice. Writers that leave the cursor alone (a backfill) name no id and move no counter.
+Session confs are the session's, not a thread's: one statement at a time sets them (a lock).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from dagster_incremental.cursor.state import state_json
+from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor, commit_properties, new_commit_id
+from dagster_incremental.spark.delta.log import Commit, DeltaLog
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
+
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+APP_ID = "dagster_incremental"  # the idempotent-write id of every cursor-carrying commit
+
+_SESSION_CONF = threading.Lock()
+_CONFLICTS = ("ConcurrentTransactionException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
+              "ConcurrentDeleteDeleteException", "ConcurrentWriteException", "MetadataChangedException",
+              "ProtocolChangedException")
+
+
+@dataclass(frozen=True)
+class DeltaCommit:
+    """The one commit a write makes on a Delta table (see the module's docstring)."""
+
+    spec: WriteSpec
+    commit_id: str
+    properties: Mapping[str, str]
+    started: datetime
+    case_sensitive: bool
+    guard: CursorGuard | None = None
+
+    @classmethod
+    def open(cls, spark: Any, spec: WriteSpec, info: CommitInfo, started: datetime | None,
+             guard: CursorGuard | None) -> DeltaCommit:
+        commit_id = new_commit_id()
+        return cls(
+            spec=spec,
+            commit_id=commit_id,
+            properties=commit_properties(info, commit_id=commit_id),
+            started=started or datetime.now(timezone.utc),
+            case_sensitive=str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
+            guard=guard,
+        )
+
+    @property
+    def table(self) -> TableRef:
+        return self.spec.table
+
+    @property
+    def target(self) -> TableRef:
+        """What the data statement writes: the table itself (Delta needs no branch)."""
+        return self.spec.table
+
+    @property
+    def log(self) -> DeltaLog:
+        assert self.table.location is not None, "a Delta table has a location"
+        return DeltaLog(self.table.location)
+
+    def unguarded(self) -> DeltaCommit:
+        """For CREATE [OR REPLACE] TABLE ... AS SELECT (a create fails on an existing table)."""
+        return dataclasses.replace(self, guard=None)
+
+    def run(self, spark: Any, fn: Callable[[], Any]) -> Commit | None:
+        """Run the statement in `fn` as this commit; the commit it made (None: it wrote nothing,
+        e.g. an empty delete). Raises StaleCursor or BaseMoved under a guard, nothing written."""
+        with _SESSION_CONF:
+            before = self.log.current_version()
+            with _session_conf(spark, self._conf(self._checked_count())):
+                try:
+                    fn()
+                except Exception as exc:
+                    if self.guard is not None and _is_conflict(exc):
+                        raise BaseMoved() from exc
+                    raise
+        return self._own_commit(before)
+
+    def _checked_count(self) -> int | None:
+        """Under a guard: the table's count of cursor-carrying commits, read after checking it
+        holds the run's cursor (raises StaleCursor); None without a guard."""
+        if self.guard is None:
+            return None
+        log = self.log
+        count = log.app_version(APP_ID)
+        found = log.committed_cursor(self.guard.scope)
+        if (found.snapshot_id if found else None) != self.guard.expected_snapshot_id:
+            raise StaleCursor(found.run_id if found else None)
+        return count if count is not None else 0
+
+    def _conf(self, count: int | None) -> dict[str, str]:
+        conf = {USER_METADATA: state_json(dict(self.properties))}
+        if count is not None:
+            conf.update({TXN_APP_ID: APP_ID, TXN_VERSION: str(count + 1)})
+        return conf
+
+    def made(self) -> Commit | None:
+        """The commit this one made (None: none yet), searched from the newest."""
+        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
+
+        log = self.log
+        for version in reversed(log.versions()):
+            commit = log.commit(version)
+            if commit is not None and commit.properties.get(COMMIT_ID_PROPERTY) == self.commit_id:
+                return commit
+            if commit is not None and commit.timestamp_ms < self.started.timestamp() * 1000 - 60_000:
+                return None  # older than the run: not found
+        return None
+
+    def _own_commit(self, before: int | None) -> Commit | None:
+        """The commit carrying this commit's id among those after `before`. Under a guard, none
+        means Delta skipped the write: another cursor-carrying commit came first."""
+        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
+
+        for commit in reversed(self.log.commits_since(before)):
+            if commit.properties.get(COMMIT_ID_PROPERTY) == self.commit_id:
+                return commit
+        if self.guard is not None:
+            raise BaseMoved()
+        return None
+
+
+@contextmanager
+def _session_conf(spark: Any, conf: Mapping[str, str | None]) -> Iterator[None]:
+    """Set `conf` on the session for one statement, and unset it after (a later statement,
+    an ALTER included, must not carry this cursor)."""
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in (USER_METADATA, TXN_APP_ID, TXN_VERSION):
+            spark.conf.unset(key)
+
+
+def _is_conflict(error: BaseException) -> bool:
+    """Delta refused the commit because another one came first (nothing of it was written)."""
+    text = str(error)
+    return any(name in text for name in _CONFLICTS)

@@ -1,0 +1,122 @@
+"""What one Delta commit did, from its own operation metrics where they are exact, and from the
+two versions' rows where a statement's metrics count rewritten rows as changed (a window replace,
+delete-insert: both delete and re-insert a row that may not have changed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from dagster_incremental.spark.delta.commit import DeltaCommit
+from dagster_incremental.spark.delta.log import Commit, DeltaLog
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import WriteResult
+
+_WRITES = ("WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT")
+
+
+def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, deleted: int = 0,
+           net_by: Sequence[str] | None = None) -> WriteResult:
+    """The WriteResult of `made` (None: the statement committed nothing). net_by: the MERGE
+    deleted rows to insert them again (a window replace, delete-insert on a merge_key), so the
+    two versions' rows are netted, paired by these keys."""
+    table = pending.table
+    version = made.version if made is not None else pending.log.current_version()
+    inserted = updated = removed = 0
+    if made is not None and made.operation in _WRITES:
+        inserted, removed = made.count("numOutputRows"), deleted
+    elif made is not None and made.operation == "MERGE" and net_by is not None and made.version > 0:
+        inserted, updated, removed = net_change(spark, table, made.version, net_by)
+    elif made is not None and made.operation == "MERGE" and pending.spec.merge_strategy == "delete-insert":
+        inserted, updated, removed = _keyed_delete_insert(spark, pending, made)
+    elif made is not None and made.operation == "MERGE":
+        inserted = made.count("numTargetRowsInserted")
+        updated = made.count("numTargetRowsUpdated")
+        removed = made.count("numTargetRowsDeleted")
+    return WriteResult(
+        rows_inserted=inserted,
+        rows_updated=updated,
+        rows_deleted=removed,
+        row_count=row_count(spark, table, version),
+        snapshot_id=version,
+        schema=schema(spark, table),
+    )
+
+
+def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit) -> tuple[int, int, int]:
+    """delete-insert on the primary key, counted as a MERGE on the key counts (as on Iceberg): a
+    batch key the table held is an update, equal values too; a tombstone's key it held a delete
+    (those are the keys gone for good, found by netting the two versions)."""
+    matched, added = made.count("numTargetRowsDeleted"), made.count("numTargetRowsInserted")
+    gone = 0
+    if pending.spec.hard_delete_column and made.version > 0:
+        _, _, gone = net_change(spark, pending.table, made.version, pending.spec.primary_key)
+    return added - (matched - gone), matched - gone, gone
+
+
+def unchanged(spark: SparkSession, table: TableRef, version: int | None) -> WriteResult:
+    """A run that commits nothing: the table as it is."""
+    if version is None:
+        return WriteResult(0, 0, 0, 0, None, ())
+    return WriteResult(0, 0, 0, row_count(spark, table, version), version, schema(spark, table))
+
+
+def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequence[str]) -> tuple[int, int, int]:
+    """(inserted, updated, deleted) between `version` and the one before: rows on both sides
+    cancel out; with keys, a key removed and added is one update."""
+    return _net(at_version(spark, table, version), at_version(spark, table, version - 1), keys)
+
+
+def at_version(spark: SparkSession, table: TableRef, version: int) -> DataFrame:
+    return spark.sql(f"SELECT * FROM {table.sql} VERSION AS OF {int(version)}")
+
+
+def row_count(spark: SparkSession, table: TableRef, version: int | None) -> int:
+    """Rows at `version`: from the files' statistics in the commit log (no Spark job), else a count."""
+    if version is None:
+        return 0
+    assert table.location is not None, "a Delta table has a location"
+    counted = DeltaLog(table.location).row_count(version)
+    return counted if counted is not None else int(at_version(spark, table, version).count())
+
+
+def schema(spark: SparkSession, table: TableRef) -> tuple[tuple[str, str], ...]:
+    return tuple((f.name, f.dataType.simpleString()) for f in spark.table(table.sql).schema.fields)
+
+
+def window_counts(spark: SparkSession, table: TableRef, version: int, column: str,
+                  windows: Sequence[tuple[Any, ...]], keys: Sequence[str]) -> list[Any]:
+    """What commit `version` changed in each window of `column` (a range run's figures per
+    partition), netted as net_change does."""
+    from dagster_incremental.spark.sql import in_window
+    from dagster_incremental.spark.statistics import Counts
+
+    out = []
+    for bounds in windows:
+        inside = in_window(F.col(quote(column)), *bounds)
+        after = at_version(spark, table, version).where(inside)
+        if version == 0:
+            out.append(Counts(inserted=after.count()))
+            continue
+        inserted, updated, deleted = _net(after, at_version(spark, table, version - 1).where(inside), keys)
+        out.append(Counts(inserted=inserted, updated=updated, deleted=deleted))
+    return out
+
+
+def _net(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
+    """(inserted, updated, deleted) from `before` to `after`: rows on both sides cancel out;
+    with keys, a key both removed and added is one update. A column added between them is NULL
+    before."""
+    missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in after.schema.fields if f.name not in before.columns]
+    before = before.select(*(F.col(quote(n)) for n in after.columns if n in before.columns), *missing).select(*after.columns)
+    added, gone = after.exceptAll(before), before.exceptAll(after)
+    if not keys:
+        return added.count(), 0, gone.count()
+    names = list(keys)
+    added_keys, gone_keys = added.select(*names).distinct(), gone.select(*names).distinct()
+    updated = added_keys.join(gone_keys, names, "inner").count()
+    return added_keys.count() - updated, updated, gone_keys.count() - updated

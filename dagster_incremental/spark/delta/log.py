@@ -1,0 +1,184 @@
+"""A Delta table's commit log read without a JVM: its versions, each commit's information
+(operation, metrics, the `userMetadata` that carries the cursor) and the cursor in force.
+
+Why here and not through Spark: a run that has nothing to write asks only for the cursor, and
+the log is plain JSON files (`_delta_log/<version>.json`), one per commit."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
+
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One version's commit information."""
+
+    version: int
+    operation: str
+    timestamp_ms: int
+    properties: dict[str, str]  # the library's commit properties (its `userMetadata`), or {}
+    parameters: dict[str, Any]
+    metrics: dict[str, str]
+
+    def count(self, *names: str) -> int:
+        """The sum of the operation metrics `names` (absent: 0)."""
+        return sum(int(self.metrics.get(name, 0) or 0) for name in names)
+
+
+class DeltaLog:
+    """The commit log of the Delta table at `location` (a local folder)."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.folder = Path(str(location).removeprefix("file:")) / "_delta_log"
+
+    def versions(self) -> list[int]:
+        """The versions whose commit file is still in the log, oldest first ([]: no table)."""
+        if not self.folder.is_dir():
+            return []
+        found = (_COMMIT_FILE.match(p.name) for p in self.folder.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def current_version(self) -> int | None:
+        versions = self.versions()
+        return versions[-1] if versions else None
+
+    def commit(self, version: int) -> Commit | None:
+        """The commit information of `version` (None: its file is gone)."""
+        actions = self._actions(version)
+        if actions is None:
+            return None
+        return _commit(version, next((a["commitInfo"] for a in actions if "commitInfo" in a), {}))
+
+    def app_version(self, app_id: str) -> int | None:
+        """The newest idempotent-write version the table recorded for `app_id` (None: none):
+        from the newest commit file that has one, else from the newest checkpoint."""
+        versions = self.versions()
+        for version in reversed(versions):
+            for action in self._actions(version) or ():
+                txn = action.get("txn")
+                if txn is not None and txn.get("appId") == app_id:
+                    return int(txn["version"])
+        return self._checkpoint_app_version(app_id, versions[0] if versions else None)
+
+    def _checkpoint_app_version(self, app_id: str, oldest: int | None) -> int | None:
+        """`app_id`'s version in the newest checkpoint at or before the oldest commit file still
+        in the log (older commit files are cleaned; a checkpoint holds their state)."""
+        import pyarrow.parquet as pq
+
+        checkpoints = sorted(p for p in self.folder.glob("*.checkpoint*.parquet")
+                             if oldest is None or int(p.name[:20]) <= oldest)
+        if not checkpoints:
+            return None
+        newest = int(checkpoints[-1].name[:20])
+        rows = pq.ParquetDataset([str(p) for p in checkpoints if int(p.name[:20]) == newest]).read(columns=["txn"])
+        found = [t["version"] for t in rows.column("txn").to_pylist() if t and t.get("appId") == app_id]
+        return int(found[0]) if found else None
+
+    def row_count(self, version: int) -> int | None:
+        """Live rows at `version`, from the files' own statistics (Delta records each data file's
+        row count when it adds it): the newest checkpoint at or before it, then the commits
+        after. None when a live file has no row count (then only a scan can tell)."""
+        live, start = self._checkpoint_files(version)
+        for v in range(start, version + 1):
+            actions = self._actions(v)
+            if actions is None:
+                return None  # a commit file was cleaned without a checkpoint covering it
+            for action in actions:
+                if "add" in action:
+                    live[action["add"]["path"]] = _live_rows(action["add"])
+                elif "remove" in action:
+                    live.pop(action["remove"]["path"], None)
+        counts = list(live.values())
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def _checkpoint_files(self, version: int) -> tuple[dict[str, int | None], int]:
+        """({file: live rows} of the newest single-file checkpoint at or before `version`, the
+        first version after it); ({}, 0) without one."""
+        import pyarrow.parquet as pq
+
+        found = sorted(p for p in self.folder.glob("*.checkpoint.parquet") if int(p.name[:20]) <= version)
+        if not found:
+            return {}, 0
+        adds = pq.read_table(found[-1], columns=["add"]).column("add").to_pylist()
+        return {a["path"]: _live_rows(a) for a in adds if a}, int(found[-1].name[:20]) + 1
+
+    def _actions(self, version: int) -> list[dict[str, Any]] | None:
+        try:
+            text = (self.folder / f"{version:020d}.json").read_text()
+        except FileNotFoundError:
+            return None
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def committed_cursor(self, scope: str | None) -> CommittedState | None:
+        """The newest cursor (of `scope`) in the table's current history: newest commit first;
+        a RESTORE continues at the version it restored, so a rolled-back cursor no longer counts."""
+        versions = self.versions()
+        version = versions[-1] if versions else None
+        while version is not None and version >= 0:
+            commit = self.commit(version)
+            if commit is None:
+                return None  # older commits were cleaned from the log
+            found = cursor_of(commit.properties, commit.version, commit.timestamp_ms, scope)
+            if found is not None:
+                return found
+            if commit.operation == "RESTORE" and "version" in commit.parameters:
+                version = int(commit.parameters["version"])
+                continue
+            version -= 1
+        return None
+
+    def commits_since(self, version: int | None) -> list[Commit]:
+        """The commits after `version` (all when None), oldest first."""
+        return [c for v in self.versions() if version is None or v > version if (c := self.commit(v)) is not None]
+
+
+def _commit(version: int, info: dict[str, Any]) -> Commit:
+    parameters = info.get("operationParameters") or {}
+    return Commit(
+        version=version,
+        operation=str(info.get("operation", "")),
+        timestamp_ms=int(info.get("timestamp", 0) or 0),
+        properties=_properties(info.get("userMetadata")),
+        parameters={k: _json_or_text(v) for k, v in parameters.items()},
+        metrics={k: str(v) for k, v in (info.get("operationMetrics") or {}).items()},
+    )
+
+
+def _live_rows(add: dict[str, Any]) -> int | None:
+    """A data file's live rows: its recorded count less its deletion vector's (None: no count)."""
+    stats = add.get("stats")
+    rows = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    if rows is None:
+        return None
+    vector = add.get("deletionVector") or {}
+    return int(rows) - int(vector.get("cardinality") or 0)
+
+
+def _properties(user_metadata: Any) -> dict[str, str]:
+    """The library's commit properties from a commit's `userMetadata` ({} when it is someone
+    else's text)."""
+    if not isinstance(user_metadata, str):
+        return {}
+    try:
+        found = json.loads(user_metadata)
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _json_or_text(value: Any) -> Any:
+    """Delta writes operation parameters as JSON text ("3", "[\"id\"]")."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

@@ -1,0 +1,213 @@
+"""DeltaWriter: one run's batch into its Delta table as ONE commit that carries the cursor.
+
+The same order as the Iceberg writer, on Delta's statements: fit the schema (ALTERs before any
+data), then one data commit (INSERT | INSERT OVERWRITE | window MERGE | strategy MERGE | CREATE
+[OR REPLACE] TABLE ... AS SELECT), then what it did from the commit's own operation metrics.
+The strategies' MERGE statements and the window replace are the format-neutral ones of
+spark/merge and spark/window_replace, written against the table's path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.spark import errors as spark_errors
+from dagster_incremental.spark import merge
+from dagster_incremental.spark.commit import CursorGuard
+from dagster_incremental.spark.delta import figures
+from dagster_incremental.spark.delta.commit import DeltaCommit
+from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
+from dagster_incremental.spark.merge.sql import HELPER_PREFIX
+from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
+from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
+from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_insert, string_literal
+from dagster_incremental.spark.window_replace import replace_window
+from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
+from dagster_incremental.spark.statistics import pairing_key
+from dagster_incremental.spark.writer import prunable_partition_by
+
+
+class DeltaWriter:
+    """Writes one run's batch to its Delta table (`spec.table.location`) in one commit."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def write(
+        self,
+        spec: WriteSpec,
+        batch: Any,
+        *,
+        commit: CommitInfo,
+        window: WindowReplace | None = None,
+        full_refresh: bool = False,
+        run_started_at: datetime | None = None,
+        deduplicated: bool = False,
+        guard: CursorGuard | None = None,
+    ) -> WriteResult:
+        """As TableWriter.write, on Delta (raises StaleCursor or BaseMoved under a guard)."""
+        pending = DeltaCommit.open(self.spark, spec, commit, run_started_at, guard)
+        local = as_local(batch)
+        if local is not None:
+            batch = arrow_to_spark(self.spark, local)
+        batch, helpers = self._prepared(pending, batch, deduplicated)
+        data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
+        exists = pending.log.current_version() is not None
+        if batch is None and not exists:
+            return WriteResult(0, 0, 0, 0, None, ())
+        if full_refresh or (not exists and window is None):
+            try:
+                return self._create_as_select(pending, batch, data_schema, helpers, replace=exists)
+            except TableAlreadyExists:
+                exists = True  # another run created it first: write into it as usual
+        table_schema, aligned = self._fitted(pending, batch, data_schema, helpers, exists=exists)
+        if window is not None:
+            return self._replace_window(pending, aligned, table_schema, helpers, window)
+        return self._commit(pending, aligned, table_schema)
+
+    def _prepared(self, pending: DeltaCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
+        spec = pending.spec
+        if batch is None or spec.disposition != "merge":
+            return batch, []
+        batch = merge.strategy_for(spec).prepare_batch(spec, batch, run_started_at=pending.started, deduplicated=deduplicated)
+        return batch, [c for c in batch.columns if c.startswith(HELPER_PREFIX)]
+
+    def _fitted(self, pending: DeltaCommit, batch: DataFrame | None, data_schema: T.StructType | None,
+                helpers: Sequence[str], *, exists: bool) -> tuple[T.StructType, DataFrame | None]:
+        """Create the (empty) table or fit its schema to the batch; (its schema, the batch aligned)."""
+        spark, table = self.spark, pending.table
+        if not exists:
+            assert data_schema is not None, "a table is created only from a batch"
+            schema, _ = creatable_schema(table, data_schema)
+            self._create_empty(pending, schema)
+        table_schema = spark.table(table.sql).schema
+        if batch is None or data_schema is None:
+            return table_schema, None
+        plan = plan_schema_change(table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
+        if not plan.is_empty:
+            apply_schema_change(spark, plan)
+            table_schema = spark.table(table.sql).schema
+        return table_schema, align_to_table(batch, table_schema, case_sensitive=pending.case_sensitive, keep=helpers)
+
+    # -- creating ----------------------------------------------------------------------------------
+
+    def _create_empty(self, pending: DeltaCommit, schema: T.StructType) -> None:
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
+        try:
+            self.spark.sql(f"CREATE TABLE {pending.table.sql} ({columns}) {self._clauses(pending.spec, schema)}")
+        except Exception as exc:
+            if not spark_errors.is_table_already_exists(exc) and "already exists" not in str(exc):
+                raise
+
+    def _create_as_select(self, pending: DeltaCommit, batch: DataFrame | None, data_schema: T.StructType | None,
+                          helpers: Sequence[str], *, replace: bool) -> WriteResult:
+        """CREATE [OR REPLACE] TABLE ... AS SELECT: schema, rows and cursor in one commit."""
+        spark, table = self.spark, pending.table
+        previous = spark.table(table.sql).count() if replace else 0
+        if batch is None:
+            schema = spark.table(table.sql).schema
+            rows = spark.createDataFrame([], schema)
+        else:
+            assert data_schema is not None, "a batch always has its data schema"
+            schema, _ = creatable_schema(table, data_schema)
+            rows = rows_to_insert(batch, helpers) if helpers else batch
+            rows = rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
+        if replace:  # Delta replaces a table at a path through an overwrite that may change its schema
+            write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+            self._clauses(pending.spec, schema)  # refuses a partition transform before anything is written
+            parts = [f.column for f in parse_partition_spec(pending.spec.partition_by, schema.fieldNames())]
+            made = pending.unguarded().run(spark, lambda: write.partitionBy(*parts).save(table.location))
+            return figures.result(spark, pending, made, deleted=previous)
+        view = f"di_create_{pending.commit_id}"
+        rows.createOrReplaceTempView(view)
+        text = (f"CREATE TABLE {table.sql} {self._clauses(pending.spec, schema)} "
+                f"AS SELECT {column_list(schema.fieldNames())} FROM {quote(view)}")
+        try:
+            made = pending.unguarded().run(spark, lambda: spark.sql(text))
+        except Exception as exc:
+            # Another run created the table meanwhile (Delta says so in several ways, depending
+            # on how far its commit had got): write into it as usual, its cursor check decides.
+            if pending.log.current_version() is not None:
+                raise TableAlreadyExists(str(table)) from exc
+            raise
+        finally:
+            spark.catalog.dropTempView(view)
+        return figures.result(spark, pending, made, deleted=previous)
+
+    def _clauses(self, spec: WriteSpec, schema: T.StructType) -> str:
+        """`USING delta PARTITIONED BY (...) TBLPROPERTIES (...)`: Delta partitions by column
+        values only (no transforms)."""
+        fields = parse_partition_spec(spec.partition_by, schema.fieldNames(), table=str(spec.table))
+        transformed = [item for item, f in zip(spec.partition_by, fields) if f.transform is not None]
+        if transformed:
+            raise IncrementalConfigError(
+                f"table {spec.table.display}: partition_by {transformed} uses a transform, which Delta "
+                "tables do not have (they partition by a column's values). Partition by a column "
+                "the asset computes, e.g. a date column derived from the timestamp."
+            )
+        text = "USING delta"
+        if fields:
+            text += f" PARTITIONED BY ({', '.join(f.sql() for f in fields)})"
+        if spec.table_properties:
+            rendered = ", ".join(f"{string_literal(self.spark, str(k))} = {string_literal(self.spark, str(v))}"
+                                 for k, v in spec.table_properties.items())
+            text += f" TBLPROPERTIES ({rendered})"
+        return text
+
+    # -- dispositions ------------------------------------------------------------------------------
+
+    def _commit(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType) -> WriteResult:
+        spark, spec = self.spark, pending.spec
+        rows = aligned if aligned is not None else spark.createDataFrame([], table_schema)
+        if spec.disposition == "merge" and aligned is not None:
+            return self._merge(pending, rows, table_schema)
+        if spec.disposition not in ("append", "replace", "merge"):
+            raise IncrementalConfigError(
+                f"table {spec.table}: unknown write disposition {spec.disposition!r}; use append, replace or merge."
+            )
+        previous = spark.table(spec.table.sql).count() if spec.disposition == "replace" else 0
+        verb = "INSERT OVERWRITE" if spec.disposition == "replace" else "INSERT INTO"
+        view = f"di_rows_{pending.commit_id}"
+        rows.createOrReplaceTempView(view)
+        names = column_list(table_schema.fieldNames())
+        try:
+            made = pending.run(spark, lambda: spark.sql(f"{verb} {spec.table.sql} ({names}) SELECT {names} FROM {quote(view)}"))
+        finally:
+            spark.catalog.dropTempView(view)
+        return figures.result(spark, pending, made, deleted=previous)
+
+    def _merge(self, pending: DeltaCommit, aligned: DataFrame, table_schema: T.StructType) -> WriteResult:
+        spark, spec = self.spark, pending.spec
+        view = f"di_source_{pending.commit_id}"
+        aligned.createOrReplaceTempView(view)
+        try:
+            text, args = merge.strategy_for(spec).merge_statement(
+                spec,
+                target=pending.target,
+                source_view=view,
+                columns=table_schema.fieldNames(),
+                run_started_at=pending.started,
+                prune=partition_bounds(aligned, prunable_partition_by(spec, aligned.columns)),
+            )
+            made = pending.run(spark, lambda: spark.sql(text, args=dict(args)))
+        finally:
+            spark.catalog.dropTempView(view)
+        netted = spec.merge_strategy == "delete-insert" and not spec.keyed
+        return figures.result(spark, pending, made, net_by=pairing_key(spec) if netted else None)
+
+    def _replace_window(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType,
+                        helpers: Sequence[str], window: WindowReplace) -> WriteResult:
+        spec, rows, moved_keys = pending.spec, aligned, None
+        if rows is not None and spec.disposition == "merge" and spec.primary_key:
+            moved_keys = rows.select(*(F.col(quote(k)) for k in spec.primary_key)).distinct()
+        if rows is not None and helpers:
+            rows = rows_to_insert(rows, helpers)
+        replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
+        return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(spec))
