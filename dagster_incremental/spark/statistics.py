@@ -352,13 +352,27 @@ def window_counts(
     rows_of (column, value): count only those rows (one tenant's)."""
     parent = iceberg_table(spark, table).snapshot(snapshot_id).parentId()
     after = spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
+    before = spark.read.option("snapshot-id", str(parent)).table(table.sql) if parent is not None else None
+    return net_window_counts(table, after, before, column, windows, keys, rows_of)
+
+
+def net_window_counts(
+    table: TableRef,
+    after: DataFrame,
+    before: DataFrame | None,
+    column: str,
+    windows: Sequence[tuple[Any, ...]],
+    keys: Sequence[str],
+    rows_of: tuple[str, Any] | None = None,
+) -> list[Counts]:
+    """What changed from `before` (None: nothing) to `after` (one table's two versions, in any
+    format) in each window of `column`, netted in one aggregate (see window_counts)."""
     after = after.where(_only(table, after, rows_of))
     names = after.columns
     ref = F.col(quote(resolve_column(table, after.schema, column)))
     key_names = [resolve_column(table, after.schema, k) for k in keys]
     signed = _windowed(after, names, ref, key_names, windows, 1)
-    if parent is not None:
-        before = spark.read.option("snapshot-id", str(parent)).table(table.sql)
+    if before is not None:
         missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
         before = before.where(_only(table, before, rows_of))
         before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
@@ -367,6 +381,18 @@ def window_counts(
     found = {int(r.window): r for r in counted.collect()}
     rows = [found.get(i) for i in range(len(windows))]
     return [Counts(int(r.inserted or 0), int(r.updated or 0), int(r.deleted or 0)) if r else Counts() for r in rows]
+
+
+def net_counts(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> Counts:
+    """What changed from `before` to `after` (one table's two versions, in any format), netted:
+    identical rows cancel, per key a removed+added pair is an update."""
+    names = after.columns
+    missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
+    before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
+    signed = after.select(_row_text(names), *_key_columns(keys), F.lit(1).alias("sign")).unionByName(
+        before.select(_row_text(names), *_key_columns(keys), F.lit(-1).alias("sign")))
+    row = _net_counts(signed, len(keys)).first()
+    return Counts(int(row.inserted or 0), int(row.updated or 0), int(row.deleted or 0)) if row else Counts()
 
 
 def _windowed(

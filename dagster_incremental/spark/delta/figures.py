@@ -8,11 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
-from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteResult
 
@@ -66,9 +64,11 @@ def unchanged(spark: SparkSession, table: TableRef, version: int | None) -> Writ
 
 
 def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequence[str]) -> tuple[int, int, int]:
-    """(inserted, updated, deleted) between `version` and the one before: rows on both sides
-    cancel out; with keys, a key removed and added is one update."""
-    return _net(at_version(spark, table, version), at_version(spark, table, version - 1), keys)
+    """(inserted, updated, deleted) between `version` and the one before, netted."""
+    from dagster_incremental.spark.statistics import net_counts
+
+    counts = net_counts(at_version(spark, table, version), at_version(spark, table, version - 1), keys)
+    return counts.inserted, counts.updated, counts.deleted
 
 
 def at_version(spark: SparkSession, table: TableRef, version: int) -> DataFrame:
@@ -91,32 +91,8 @@ def schema(spark: SparkSession, table: TableRef) -> tuple[tuple[str, str], ...]:
 def window_counts(spark: SparkSession, table: TableRef, version: int, column: str,
                   windows: Sequence[tuple[Any, ...]], keys: Sequence[str]) -> list[Any]:
     """What commit `version` changed in each window of `column` (a range run's figures per
-    partition), netted as net_change does."""
-    from dagster_incremental.spark.sql import in_window
-    from dagster_incremental.spark.statistics import Counts
+    partition), in one aggregate over the two versions."""
+    from dagster_incremental.spark.statistics import net_window_counts
 
-    out = []
-    for bounds in windows:
-        inside = in_window(F.col(quote(column)), *bounds)
-        after = at_version(spark, table, version).where(inside)
-        if version == 0:
-            out.append(Counts(inserted=after.count()))
-            continue
-        inserted, updated, deleted = _net(after, at_version(spark, table, version - 1).where(inside), keys)
-        out.append(Counts(inserted=inserted, updated=updated, deleted=deleted))
-    return out
-
-
-def _net(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
-    """(inserted, updated, deleted) from `before` to `after`: rows on both sides cancel out;
-    with keys, a key both removed and added is one update. A column added between them is NULL
-    before."""
-    missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in after.schema.fields if f.name not in before.columns]
-    before = before.select(*(F.col(quote(n)) for n in after.columns if n in before.columns), *missing).select(*after.columns)
-    added, gone = after.exceptAll(before), before.exceptAll(after)
-    if not keys:
-        return added.count(), 0, gone.count()
-    names = list(keys)
-    added_keys, gone_keys = added.select(*names).distinct(), gone.select(*names).distinct()
-    updated = added_keys.join(gone_keys, names, "inner").count()
-    return added_keys.count() - updated, updated, gone_keys.count() - updated
+    before = at_version(spark, table, version - 1) if version > 0 else None
+    return net_window_counts(table, at_version(spark, table, version), before, column, windows, keys)

@@ -8,6 +8,7 @@ spark/merge and spark/window_replace, written against the table's path."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -17,7 +18,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark import errors as spark_errors
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
@@ -32,6 +32,28 @@ from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 from dagster_incremental.spark.statistics import pairing_key
 from dagster_incremental.spark.writer import prunable_partition_by
+
+
+CREATOR_WAIT_S = 30.0  # how long a run waits for another run's first commit of a new table
+
+
+_CREATION_RACE = ("ALREADY_EXISTS", "already exists", "DELTA_TABLE_NOT_FOUND", "ProtocolChangedException",
+                  "ConcurrentWriteException", "FileAlreadyExistsException")
+
+
+def _lost_creation_race(error: BaseException) -> bool:
+    return any(sign in str(error) for sign in _CREATION_RACE)
+
+
+def _created_by_another(pending: DeltaCommit) -> bool:
+    """Whether the table has a first commit now, or gets one within CREATOR_WAIT_S: Spark calls
+    a path taken as soon as another creator's data files are in it, before its commit is."""
+    deadline = time.monotonic() + CREATOR_WAIT_S
+    while pending.log.current_version() is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 class DeltaWriter:
@@ -103,7 +125,7 @@ class DeltaWriter:
         try:
             self.spark.sql(f"CREATE TABLE {pending.table.sql} ({columns}) {self._clauses(pending.spec, schema)}")
         except Exception as exc:
-            if not spark_errors.is_table_already_exists(exc) and "already exists" not in str(exc):
+            if not (_lost_creation_race(exc) and _created_by_another(pending)):
                 raise
 
     def _create_as_select(self, pending: DeltaCommit, batch: DataFrame | None, data_schema: T.StructType | None,
@@ -132,9 +154,9 @@ class DeltaWriter:
         try:
             made = pending.unguarded().run(spark, lambda: spark.sql(text))
         except Exception as exc:
-            # Another run created the table meanwhile (Delta says so in several ways, depending
-            # on how far its commit had got): write into it as usual, its cursor check decides.
-            if pending.log.current_version() is not None:
+            # Another run is creating the table (Delta says so in several ways, depending on how
+            # far its commit had got): once it has, write into it as usual; the cursor check decides.
+            if _lost_creation_race(exc) and _created_by_another(pending):
                 raise TableAlreadyExists(str(table)) from exc
             raise
         finally:
