@@ -64,7 +64,12 @@ def table_id(io: SparkTableIOManager, asset_name: str) -> str:
 
 
 def table_exists(spark, io, asset_name: str) -> bool:
-    return bool(spark.catalog.tableExists(table_id(io, asset_name)))
+    table = io.table_name(dg.AssetKey(asset_name))
+    if table.location is not None:  # a Delta table: its folder has a commit log
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        return DeltaLog(table.location).current_version() is not None
+    return bool(spark.catalog.tableExists(table.sql))
 
 
 def snapshots(spark, io, asset_name: str) -> list[int]:
@@ -74,6 +79,12 @@ def snapshots(spark, io, asset_name: str) -> list[int]:
     """
     if not table_exists(spark, io, asset_name):
         return []
+    table = io.table_name(dg.AssetKey(asset_name))
+    if table.location is not None:  # a Delta table: the versions a run's commit made
+        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        return [c.version for c in DeltaLog(table.location).commits_since(None) if COMMIT_ID_PROPERTY in c.properties]
     rows = spark.sql(
         f"SELECT snapshot_id FROM {table_id(io, asset_name)}.`snapshots` "
         "WHERE summary['dagster_incremental.commit_id'] IS NOT NULL ORDER BY committed_at"
@@ -85,6 +96,13 @@ def committed_states(spark, io, asset_name: str) -> list[dict]:
     """The cursor state of every snapshot that carries one, oldest first."""
     if not table_exists(spark, io, asset_name):
         return []
+    table = io.table_name(dg.AssetKey(asset_name))
+    if table.location is not None:  # a Delta table: the commits' userMetadata, oldest first
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        log = DeltaLog(table.location)
+        found = [log.commit(v) for v in log.versions()]
+        return [json.loads(c.properties[STATE_PROPERTY]) for c in found if c is not None and STATE_PROPERTY in c.properties]
     rows = spark.sql(
         f"SELECT summary FROM {table_id(io, asset_name)}.`snapshots` ORDER BY committed_at"
     ).collect()

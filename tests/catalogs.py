@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-CATALOG_KINDS = ("hadoop", "jdbc", "rest")
+CATALOG_KINDS = ("hadoop", "jdbc", "rest", "delta")
 # For a test whose subject does not depend on the catalog (planning, counting, metadata): the
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
 # runs) run on every kind.
@@ -30,6 +30,9 @@ LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
 # itself (a Hadoop folder, a REST catalog's answer; a JDBC catalog's only Spark reads).
 WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+# For what only Iceberg has (merge-on-read delete files and their compaction, snapshot ids):
+# every Iceberg catalog, not Delta.
+ICEBERG_ONLY = pytest.mark.parametrize("catalog", ["hadoop", "jdbc", "rest"], indirect=True)
 JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
 REST_CATALOG = "rest"  # the REST catalog's Spark name
 
@@ -60,6 +63,7 @@ class Catalog:
     server: Any = None  # the PostgreSQL server of a JDBC catalog, the S3 server of a REST one
     s3: Any = None  # the S3 server its tables are in (None: a local folder)
     secrets: Mapping[str, str] = field(default_factory=dict)  # [spark.conf] keys of secrets.toml
+    table_format: str = "iceberg"
 
     def io_manager(self, namespace: str, **kwargs: Any):
         from dagster_incremental import SparkTableIOManager
@@ -67,12 +71,13 @@ class Catalog:
         conf = {**self.spark_config, **kwargs.pop("spark_config", {})}
         kwargs.setdefault("master", "local[2]")
         return SparkTableIOManager(catalog=self.name, namespace=namespace, warehouse=self.warehouse,
-                                   spark_config=conf, **kwargs)
+                                   spark_config=conf, table_format=self.table_format, **kwargs)
 
     def config_toml(self, namespace: str) -> str:
         """config.toml's `[destination]` and `[spark.conf]` sections for this catalog (its
         secrets come from the environment: `environment()`)."""
-        text = f'[destination]\ncatalog = "{self.name}"\nnamespace = "{namespace}"\nwarehouse = "{self.warehouse}"\n'
+        text = (f'[destination]\nformat = "{self.table_format}"\ncatalog = "{self.name}"\n'
+                f'namespace = "{namespace}"\nwarehouse = "{self.warehouse}"\n')
         if self.spark_config:
             text += "\n[spark.conf]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in self.spark_config.items())
         return text
@@ -84,6 +89,12 @@ class Catalog:
         from dagster_incremental.settings.environment import SECRETS_ENV_PREFIX
 
         return {f"{SECRETS_ENV_PREFIX}SPARK__CONF__{k.upper().replace('.', '_')}": v for k, v in self.secrets.items()}
+
+    def commit_count(self, spark: Any, table: Any) -> int:
+        """How many commits the table's history holds (Iceberg snapshots, Delta versions)."""
+        if self.table_format == "delta":
+            return spark.sql(f"DESCRIBE HISTORY {table.sql}").count()
+        return spark.sql(f"SELECT count(*) FROM {table.sql}.`snapshots`").first()[0]
 
     def pyiceberg(self):
         """The same catalog read by pyiceberg (no Spark, no JVM): SqlCatalog on the JDBC
@@ -124,7 +135,8 @@ def to_env(catalog: Catalog | None) -> str:
     """The catalog for a runner subprocess (tests/race_runner.py, tests/fault_runner.py)."""
     if catalog is None:
         return ""
-    return json.dumps({"name": catalog.name, "warehouse": catalog.warehouse, "spark_config": dict(catalog.spark_config)})
+    return json.dumps({"name": catalog.name, "warehouse": catalog.warehouse, "spark_config": dict(catalog.spark_config),
+                       "format": catalog.table_format})
 
 
 def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
@@ -135,8 +147,18 @@ def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
     return found["name"], dict(found["spark_config"])
 
 
+def runner_table_format(text: str) -> str:
+    """The table format of a runner's catalog (`to_env`'s text; "": Iceberg)."""
+    return json.loads(text).get("format", "iceberg") if text else "iceberg"
+
+
 def hadoop_catalog(warehouse: str) -> Catalog:
     return Catalog(kind="hadoop", name="lake", warehouse=warehouse)
+
+
+def delta_catalog(warehouse: str) -> Catalog:
+    """Delta tables at <warehouse>/delta/<namespace>/<table>, on the local disk."""
+    return Catalog(kind="delta", name="lake", warehouse=f"{warehouse}/delta", table_format="delta")
 
 
 def s3_file_io(catalog: str, s3: Any) -> dict[str, str]:
@@ -182,12 +204,16 @@ def _naive(value: Any) -> Any:
     return value
 
 
-def assert_pyiceberg_agrees(catalog: Catalog, spark: Any, table: Any) -> None:
+def assert_other_readers_agree(catalog: Catalog, spark: Any, table: Any) -> None:
     """On a JDBC catalog (SQLAlchemy on the same PostgreSQL) and a REST catalog (the same
     server, the files read from S3), pyiceberg reads the table Spark wrote: the same rows, and
-    the current snapshot's summary carries the same cursor."""
+    the current snapshot's summary carries the same cursor. A Delta table is read by delta-rs
+    (`deltalake`, no JVM) the same way: its rows, and the cursor in its commit history."""
     from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
+    if catalog.kind == "delta":
+        assert_delta_rs_agrees(spark, table)
+        return
     if catalog.kind not in ("jdbc", "rest"):
         return
     spark.sql(f"REFRESH TABLE {table.sql}")
@@ -202,3 +228,25 @@ def assert_pyiceberg_agrees(catalog: Catalog, spark: Any, table: Any) -> None:
     current = read.current_snapshot()
     assert current is not None and current.summary is not None
     assert current.summary.additional_properties.get(STATE_PROPERTY) == spark_summary.get(STATE_PROPERTY)
+
+
+def assert_delta_rs_agrees(spark: Any, table: Any) -> None:
+    """delta-rs reads the Delta table Spark wrote: the same rows, and the newest cursor Spark's
+    history shows is in delta-rs's history of the same version."""
+    from deltalake import DeltaTable
+
+    from dagster_incremental.spark.write_spec import STATE_PROPERTY
+
+    frame = spark.table(table.sql)
+    expected = sorted((tuple(r) for r in frame.collect()), key=repr)
+    read = DeltaTable(table.location)
+    arrow = read.to_pyarrow_table(columns=frame.columns)
+    got = sorted((tuple(map(_naive, r)) for r in zip(*(arrow.column(c).to_pylist() for c in frame.columns))), key=repr)
+    assert got == expected, f"delta-rs reads {len(got)} rows of {table.display}, Spark {len(expected)}"
+    spark_history = spark.sql(f"DESCRIBE HISTORY {table.sql}").where("userMetadata LIKE '%dagster_incremental.state%'")
+    newest = spark_history.orderBy("version", ascending=False).first()
+    if newest is None:
+        return
+    by_version = {h["version"]: h for h in read.history()}
+    carried = json.loads(by_version[newest.version]["userMetadata"])
+    assert carried[STATE_PROPERTY] == json.loads(newest.userMetadata)[STATE_PROPERTY]

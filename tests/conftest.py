@@ -44,18 +44,20 @@ def spark_warehouse():
 def session_jars() -> list[str]:
     """The shared session's jars: the Iceberg runtime and AWS bundle of one version from the
     local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
-    catalogs' tests fail saying how to fetch them), then the JDBC catalog's driver."""
+    catalogs' tests fail saying how to fetch them), Delta's two jars, then the JDBC catalog's
+    driver."""
     from dagster_incremental.spark.session import iceberg_runtime_jar
-    from maven_jars import s3_jars
+    from maven_jars import delta_jars, s3_jars
     from postgres_server import driver_jar
 
-    return (s3_jars() or [iceberg_runtime_jar()]) + ([driver_jar()] if driver_jar() else [])
+    return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars() or []) + ([driver_jar()] if driver_jar() else [])
 
 
 @pytest.fixture(scope="session")
 def spark(spark_warehouse):
-    """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`."""
-    from dagster_incremental.spark.session import build_spark_session, spark_conf
+    """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`,
+    and Delta's extension and catalog beside Iceberg's (as `format = "delta"` configures them)."""
+    from dagster_incremental.spark.session import DELTA_CATALOG, DELTA_EXTENSIONS, ICEBERG_EXTENSIONS, build_spark_session, spark_conf
 
     jars = session_jars()
     conf = spark_conf(
@@ -71,6 +73,9 @@ def spark(spark_warehouse):
             "spark.default.parallelism": "2",
             "spark.ui.showConsoleProgress": "false",
             "spark.jars": ",".join(jars),
+            "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{DELTA_EXTENSIONS}",
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+            "spark.databricks.delta.snapshotPartitions": "2",
         },
     )
     session = build_spark_session(conf)
@@ -132,10 +137,12 @@ def jdbc_catalog(postgres, s3, s3_jars):
 def catalog(request, spark, spark_warehouse):
     """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`:
     its keys set on the shared session, its secrets in the environment as a user's process has them."""
-    from catalogs import hadoop_catalog
+    from catalogs import delta_catalog, hadoop_catalog
 
     if request.param == "hadoop":
         return hadoop_catalog(spark_warehouse)
+    if request.param == "delta":
+        return delta_catalog(spark_warehouse)
     found = request.getfixturevalue(f"{request.param}_catalog")
     os.environ.update(found.environment())
     for key, value in {**found.spark_config, **found.secrets}.items():

@@ -34,6 +34,14 @@ def die() -> None:
     time.sleep(60)  # never reached
 
 
+def _then_die(write):
+    def write_then_die(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        die()
+
+    return write_then_die
+
+
 def main() -> int:
     point = os.environ["FAULT_POINT"]
     assert point in POINTS, point
@@ -41,9 +49,11 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
-    from catalogs import runner_spark_config
+    from catalogs import runner_spark_config, runner_table_format
     from dagster_incremental import SparkTableIOManager
     from dagster_incremental.spark import commit as spark_commit, writer as table_writer
+    from dagster_incremental.spark.delta.commit import DeltaCommit
+    from dagster_incremental.spark.delta.writer import DeltaWriter
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
 
     def source():
@@ -62,7 +72,7 @@ def main() -> int:
     catalog, conf = runner_spark_config(os.environ.get("FAULT_CATALOG", ""))
     io = SparkTableIOManager(
         catalog=catalog or "lake", namespace=os.environ["FAULT_NAMESPACE"], warehouse=os.environ["FAULT_WAREHOUSE"],
-        master="local[1]",
+        table_format=runner_table_format(os.environ.get("FAULT_CATALOG", "")), master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                       "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
     )
@@ -87,14 +97,16 @@ def main() -> int:
             return original_cm(*args, **kwargs)
 
         spark_commit.conflicts_as_concurrent_run = dying_cm  # every commit of a write enters it
+        original_run = DeltaCommit.run
+
+        def dying_run(self, *args, **kwargs):
+            threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
+            return original_run(self, *args, **kwargs)
+
+        DeltaCommit.run = dying_run  # every Delta statement's commit
     elif point == "after-commit":
-        original_write = table_writer.TableWriter.write
-
-        def write_then_die(self, *args, **kwargs):
-            original_write(self, *args, **kwargs)
-            die()
-
-        table_writer.TableWriter.write = write_then_die
+        for writer in (table_writer.TableWriter, DeltaWriter):
+            writer.write = _then_die(writer.write)
     elif point == "event-recording":
         from dagster._core.instance import DagsterInstance
 

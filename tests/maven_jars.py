@@ -35,5 +35,15 @@ def s3_jars() -> list[str] | None:
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
 
 
+def delta_jars() -> list[str] | None:
+    """Delta's two jars (the library's own coordinates), or None if not fetched."""
+    from dagster_incremental.spark.session import DELTA_ARTIFACTS
+
+    paths = [jar_path(*coordinates) for coordinates in DELTA_ARTIFACTS]
+    return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
+
+
 if __name__ == "__main__":
-    print("\n".join(":".join(coordinates) for coordinates in ARTIFACTS))
+    from dagster_incremental.spark.session import DELTA_ARTIFACTS
+
+    print("\n".join(":".join(coordinates) for coordinates in (*ARTIFACTS, *DELTA_ARTIFACTS)))

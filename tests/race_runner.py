@@ -75,12 +75,13 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
-    from catalogs import runner_spark_config
+    from catalogs import runner_spark_config, runner_table_format
     from dagster_incremental import SparkTableIOManager
 
     catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
     io = SparkTableIOManager(
         catalog=catalog, namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
+        table_format=runner_table_format(os.environ["RACE_CATALOG"]),
         master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                       "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},

@@ -36,9 +36,11 @@ from attack_support import (
     snapshots,
     source_asset,
 )
-from catalogs import assert_pyiceberg_agrees, plain, to_env
+from catalogs import ICEBERG_ONLY, assert_other_readers_agree, plain, to_env
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.spark import commit as spark_commit, writer as table_writer
+from dagster_incremental.spark.delta.commit import DeltaCommit
+from dagster_incremental.spark.delta.writer import DeltaWriter
 
 pytestmark = pytest.mark.spark
 
@@ -132,14 +134,10 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
         monkeypatch.setattr(local_merge, "_commit", refuse_append)  # local keyed merge: one RowDelta
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
+        monkeypatch.setattr(DeltaCommit, "run", refuse_append)  # every Delta statement's commit
     elif point == "after-commit":
-        original = table_writer.TableWriter.write
-
-        def write_then_fail(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            raise Injected("injected: died after the commit, before Dagster's event")
-
-        monkeypatch.setattr(table_writer.TableWriter, "write", write_then_fail)
+        for writer in (table_writer.TableWriter, DeltaWriter):
+            monkeypatch.setattr(writer, "write", _then_fail(writer.write))
         committed = True
     elif point == "event-recording":
         original_handle = DagsterInstance.handle_new_event
@@ -161,17 +159,25 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
         feed["source"] = history.source
 
 
+def _then_fail(write):
+    def write_then_fail(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        raise Injected("injected: died after the commit, before Dagster's event")
+
+    return write_then_fail
+
+
 POINTS = ["mid-stream-exception", "after-staging", "commit-raises", "after-commit", "event-recording"]
 # The pre-commit faults leave nothing behind, so they run back to back (the source moving on
 # between them) before one healing run; each commit-adjacent fault gets its own healing run.
 HEAL_AFTER = {"commit-raises", "after-commit", "event-recording"}
 
 
-# Every strategy on the Hadoop catalog; on the JDBC and REST catalogs (over S3) each commit kind
-# once (the local append, the local merge's RowDelta, a Spark MERGE): scd2 commits as
-# delete-insert does.
+# Every strategy on the Hadoop catalog; on the JDBC and REST catalogs (over S3) and on Delta each
+# commit kind once (the local append, the local merge's RowDelta, a Spark MERGE; Delta's INSERT
+# and MERGE): scd2 commits as delete-insert does.
 IN_PROCESS = [("hadoop", s) for s in ("append", "delete-insert", "upsert", "scd2")] + [
-    (c, s) for c in ("jdbc", "rest") for s in ("append", "delete-insert", "upsert")]
+    (c, s) for c in ("jdbc", "rest", "delta") for s in ("append", "delete-insert", "upsert")]
 
 
 @pytest.mark.parametrize("catalog, strategy", IN_PROCESS, indirect=["catalog"], ids=[f"{c}-{s}" for c, s in IN_PROCESS])
@@ -212,7 +218,7 @@ def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, catal
         assert healed.success, failure_text(healed)
         history.committed()
         history.check(spark, io, instance, name, strategy)
-    assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
+    assert_other_readers_agree(catalog, spark, io.table_name(dg.AssetKey(name)))
 
 
 # -- SIGKILL in a subprocess ------------------------------------------------------------------------
@@ -285,7 +291,7 @@ def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark,
             history.loaded |= at_kill
         history.committed()
         history.check(spark, io, instance, name, strategy)
-        assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
+        assert_other_readers_agree(catalog, spark, io.table_name(dg.AssetKey(name)))
 
 
 def _table_files(spark, table: str) -> set[str]:
@@ -293,6 +299,7 @@ def _table_files(spark, table: str) -> set[str]:
     return {plain(r.file_path) for r in spark.sql(f"SELECT file_path FROM {table}.all_files").collect()}
 
 
+@ICEBERG_ONLY  # Delta's counterpart is VACUUM, which keeps files younger than a week by default
 def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(spark, catalog, kill_env):
     """A run killed as its commit starts has written its Parquet files (the local write path):
     they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
@@ -326,7 +333,7 @@ def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(
         assert removed == left, (sorted(removed), sorted(left))
         assert not left & catalog.files_under(location)
         history.check(spark, io, instance, name, "upsert")
-        assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey(name)))
+        assert_other_readers_agree(catalog, spark, io.table_name(dg.AssetKey(name)))
 
 
 def remove_orphan_files(spark, table: str) -> set[str]:

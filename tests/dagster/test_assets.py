@@ -15,11 +15,12 @@ import pytest
 from dagster_incremental import Incremental, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 from attack_support import failure_text
-from catalogs import HADOOP_ONLY
+from catalogs import HADOOP_ONLY, ICEBERG_ONLY
 
 pytestmark = pytest.mark.spark
-# On both catalog kinds: what commits, heals, refuses a stale writer or compacts; the rest
-# (planning, sensors, messages, metadata) on the Hadoop catalog only (HADOOP_ONLY).
+# On every catalog kind and format: what commits, heals, refuses a stale writer; the rest
+# (planning, sensors, messages, metadata) on the Hadoop catalog only (HADOOP_ONLY); Iceberg's
+# delete-file compaction on the Iceberg catalogs (ICEBERG_ONLY).
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -45,7 +46,7 @@ def run(asset, instance, io, **kwargs) -> dg.ExecuteInProcessResult:
     return dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=kwargs.pop("run_config", QUIET), **kwargs)
 
 
-def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_manager, config_file):
+def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_manager, config_file, catalog):
     source = [{"id": i, "amount": i * 10, "updated_at": iso(i)} for i in range(1, 4)]
     seen_starts = []
 
@@ -72,7 +73,7 @@ def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_m
     assert str(seen_starts[1]).startswith("2024-01-03")
 
     table = io_manager.table_name(dg.AssetKey("orders_a"))
-    commits = spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0]
+    commits = catalog.commit_count(spark, table)
     third = run(orders_a, instance, io_manager)  # nothing new: a normal, successful no-op
     meta3 = materialization(third)
     assert meta3["dagster_incremental/rows_inserted"].value == 0
@@ -81,7 +82,7 @@ def test_cursor_advances_across_runs_and_metadata_shows_it(spark, instance, io_m
     assert state3 == {**state2, "start_value": iso(4)}  # it started where the last run ended
     assert len(table_rows(spark, io_manager, "orders_a")) == 4
     # the table already holds this cursor: the no-op run adds no (empty) commit
-    assert spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0] == commits
+    assert catalog.commit_count(spark, table) == commits
 
 
 def test_full_refresh_resets_cursor_and_replaces_table(spark, instance, io_manager, config_file):
@@ -551,6 +552,7 @@ def test_last_run_is_when_the_previous_run_committed(spark, instance, io_manager
     assert seen[-1] is None
 
 
+@ICEBERG_ONLY
 def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
     from dagster_incremental.spark import maintenance
     monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_ROWS", 1)  # this tiny table qualifies
@@ -599,7 +601,7 @@ def test_columns_carry_descriptions_from_hints_and_the_docstring(spark, instance
 
 
 @pytest.mark.parametrize("step", [None, "P400D"], ids=["one run", "sliced"])
-def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, instance, io_manager, config_file, step):
+def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, instance, io_manager, config_file, step, catalog):
     """replace: the table holds exactly what the run loaded, also when that is nothing (as
     dlt truncates a replace table that receives no data); an empty table stays a no-op."""
     source = [{"id": i, "amount": i, "updated_at": iso(i)} for i in range(1, 4)]
@@ -617,7 +619,7 @@ def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, i
     assert (emptied["dagster_incremental/rows_deleted"].value, emptied["dagster/row_count"].value) == (3, 0)
 
     table = io_manager.table_name(dg.AssetKey(name))
-    commits = spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0]
+    commits = catalog.commit_count(spark, table)
     again = materialization(run(replaced, instance, io_manager))
     assert (again["dagster_incremental/rows_deleted"].value, again["dagster/row_count"].value) == (0, 0)
-    assert spark.sql(f"SELECT count(*) FROM {table}.`snapshots`").first()[0] == commits  # nothing to empty: no commit
+    assert catalog.commit_count(spark, table) == commits  # nothing to empty: no commit

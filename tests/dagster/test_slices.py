@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from attack_support import committed_states, failure_text, materialize, rows, snapshots
-from catalogs import HADOOP_ONLY, assert_pyiceberg_agrees, to_env
+from catalogs import HADOOP_ONLY, assert_other_readers_agree, to_env
 from dagster_incremental import Incremental, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
@@ -141,12 +141,12 @@ import sys; sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT / 'tests' / 'dags
 from datetime import datetime
 import dagster as dg
 from attack_support import materialize
-from catalogs import runner_spark_config
+from catalogs import runner_spark_config, runner_table_format
 from dagster_incremental import SparkTableIOManager
 from test_slices import sliced_asset
 name, conf = runner_spark_config({to_env(catalog)!r})
 io = SparkTableIOManager(catalog=name, namespace={namespace!r}, warehouse={catalog.warehouse!r}, master="local[2]",
-                         spark_config=conf)
+                         spark_config=conf, table_format=runner_table_format({to_env(catalog)!r}))
 asset = sliced_asset("killed", {config!r}, datetime.fromisoformat({start.isoformat()!r}), [], fail_at=3)
 with dg.DagsterInstance.get() as instance:
     materialize(asset, instance, io)
@@ -164,7 +164,7 @@ with dg.DagsterInstance.get() as instance:
         assert healed.success, failure_text(healed)
     assert calls[0][0] == start + timedelta(hours=47)
     assert ids(spark, io, "killed") == list(range(HOURS))
-    assert_pyiceberg_agrees(catalog, spark, io.table_name(dg.AssetKey("killed")))
+    assert_other_readers_agree(catalog, spark, io.table_name(dg.AssetKey("killed")))
 
 
 @HADOOP_ONLY

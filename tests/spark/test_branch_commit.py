@@ -15,8 +15,9 @@ from dagster_incremental.spark.commit import iceberg_table
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteSpec
+from catalogs import ICEBERG_ONLY
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, ICEBERG_ONLY]  # Iceberg's own commit machinery
 
 KINDS = {
     "local-append": (dict(disposition="append"), None),

@@ -12,14 +12,14 @@ import pyarrow as pa
 import pytest
 from pyarrow.fs import FileType
 
-from catalogs import assert_pyiceberg_agrees
+from catalogs import ICEBERG_ONLY, assert_other_readers_agree
 from dagster_incremental.spark.commit import iceberg_table
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.table_storage import TableStorage
 from dagster_incremental.spark.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, ICEBERG_ONLY]  # Iceberg's own commit machinery
 
 SPARK_COMMIT = "spark.app.id"  # in the summary of every commit Spark's writers make
 UTC = dt.timezone.utc
@@ -63,7 +63,7 @@ def test_local_rows_are_appended_and_merged_without_spark_where_the_table_lives(
     folder = location.removeprefix("file:").rstrip("/") + "/data/"
     assert len(files) == 3 and all(f.removeprefix("file:").startswith(folder) for f in files)
     assert TableWriter(spark).read_committed_state(table).state == {"v": 2}
-    assert_pyiceberg_agrees(catalog, spark, table)
+    assert_other_readers_agree(catalog, spark, table)
 
 
 def test_the_files_of_a_refused_local_commit_are_removed(spark, catalog, monkeypatch):

@@ -65,13 +65,6 @@ def test_helper_prefix_is_the_merge_strategies_one():
     assert WINDOW_OP.startswith(merge_sql.HELPER_PREFIX) and KEY_DELETE_OP.startswith(merge_sql.HELPER_PREFIX)
 
 
-def test_delta_is_a_clear_config_error():
-    from dagster_incremental.spark.table_service import TableService
-
-    with pytest.raises(IncrementalConfigError, match='format = "delta" is not supported'):
-        TableService(dict, table_format="delta")
-
-
 # -- helpers against Spark ------------------------------------------------------------------------
 
 

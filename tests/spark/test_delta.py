@@ -1,0 +1,97 @@
+"""Delta Lake as a table format: what only Delta has (its commit log, RESTORE, its idempotent
+writes as the compare-and-set) and what it lacks (partition transforms). The end-to-end suites
+run on Delta through the `delta` catalog kind (tests/catalogs.py)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from dagster_incremental import Incremental, incremental, incremental_asset
+from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
+from dagster_incremental.spark.delta import commit as delta_commit
+from dagster_incremental.spark.delta.log import DeltaLog
+from dagster_incremental.spark.delta.writer import DeltaWriter
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
+from catalogs import assert_delta_rs_agrees, delta_catalog
+
+pytestmark = pytest.mark.spark
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def iso(day: int) -> str:
+    return (datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(days=day - 1)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def delta_table(spark_warehouse):
+    name = "t_" + uuid.uuid4().hex[:8]
+    return TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")
+
+
+def rows(spark, table) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.table(table.sql).collect())
+
+
+def test_a_commit_another_cursor_commit_overtook_writes_nothing(spark, delta_table, monkeypatch):
+    """Two runs that read the same cursor: the first commits; the second, whose check saw the
+    counter before the first moved it, is skipped by Delta itself and refused; its rows are not
+    in the table, its cursor is not the table's."""
+    spec = WriteSpec(table=delta_table, disposition="append")
+    writer = DeltaWriter(spark)
+    first = writer.write(spec, pa.Table.from_pylist([{"id": 1}]), commit=CommitInfo(state={"last_value": 1}, run_id="r1"))
+    guard = CursorGuard(first.snapshot_id, None)
+    writer.write(spec, pa.Table.from_pylist([{"id": 2}]), commit=CommitInfo(state={"last_value": 2}, run_id="r2"), guard=guard)
+    with pytest.raises(StaleCursor):  # the check sees the newer cursor
+        writer.write(spec, pa.Table.from_pylist([{"id": 3}]), commit=CommitInfo(state={"last_value": 3}, run_id="r3"), guard=guard)
+    # the same run had its check pass just before r2 committed: Delta skips its write
+    overtaken = DeltaLog(delta_table.location).app_version(delta_commit.APP_ID) - 1
+    monkeypatch.setattr(delta_commit.DeltaCommit, "_checked_count", lambda self: overtaken)
+    with pytest.raises(BaseMoved):
+        writer.write(spec, pa.Table.from_pylist([{"id": 3}]), commit=CommitInfo(state={"last_value": 3}, run_id="r3"), guard=guard)
+    assert rows(spark, delta_table) == [(1,), (2,)]
+    assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 2}
+
+
+def test_a_partition_transform_is_refused_naming_the_table(spark, delta_table):
+    spec = WriteSpec(table=delta_table, disposition="append", partition_by=("days(updated_at)",))
+    with pytest.raises(IncrementalConfigError, match=r"direct\..*partition_by \['days\(updated_at\)'\].*transform"):
+        DeltaWriter(spark).write(spec, pa.Table.from_pylist([{"id": 1, "updated_at": datetime(2024, 1, 1)}]), commit=CommitInfo(state=None))
+    assert DeltaLog(delta_table.location).current_version() is None
+
+
+def test_a_restored_table_is_reloaded_from_its_own_cursor(spark, spark_warehouse, instance, tmp_path):
+    """RESTORE takes the table back to an older version: the cursor in force is the one that
+    version carries, so the next run reloads what the restore took away, once; delta-rs reads
+    the same rows and cursor."""
+    catalog = delta_catalog(spark_warehouse)
+    namespace = "t_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    source = [{"id": i, "updated_at": iso(i)} for i in range(1, 4)]
+
+    @incremental_asset(primary_key="id", write_disposition="append", config_path=str(config))
+    def restored(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    def run():
+        return dg.materialize([restored], instance=instance, resources={"io_manager": io}, run_config=QUIET)
+
+    run()
+    table = io.table_name(dg.AssetKey("restored"))
+    kept = DeltaLog(table.location).current_version()
+    source.extend({"id": i, "updated_at": iso(i)} for i in range(4, 6))
+    run()
+    spark.sql(f"RESTORE TABLE {table.sql} TO VERSION AS OF {kept}")
+    assert DeltaLog(table.location).committed_cursor(None).state["last_value"] == iso(3)
+    run()
+    assert sorted(r.id for r in spark.table(table.sql).collect()) == [1, 2, 3, 4, 5]
+    assert_delta_rs_agrees(spark, table)
