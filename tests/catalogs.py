@@ -28,8 +28,9 @@ HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
 # Hadoop catalog and the REST catalog over S3.
 LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
-# itself (a Hadoop folder, a REST catalog's answer; a JDBC catalog's only Spark reads).
-WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+# itself (a Hadoop folder, a REST catalog's answer, a Delta table's commit log; a JDBC
+# catalog's only Spark reads).
+WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta"], indirect=True)
 # For what only Iceberg has (merge-on-read delete files and their compaction, snapshot ids):
 # every Iceberg catalog, not Delta.
 ICEBERG_ONLY = pytest.mark.parametrize("catalog", ["hadoop", "jdbc", "rest"], indirect=True)

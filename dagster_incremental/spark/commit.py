@@ -451,6 +451,21 @@ def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) ->
 # -- the pending commit ---------------------------------------------------------------------------
 
 
+def commit_fields(spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None,
+                  guard: CursorGuard | None) -> dict[str, Any]:
+    """What every format's commit starts with: a fresh id, the properties it carries (state
+    validated), the run's start, the session's case sensitivity and the guard."""
+    commit_id = new_commit_id()
+    return {
+        "spec": spec,
+        "commit_id": commit_id,
+        "properties": commit_properties(info, commit_id=commit_id),
+        "started": started or datetime.now(timezone.utc),
+        "case_sensitive": str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
+        "guard": guard,
+    }
+
+
 @dataclass(frozen=True)
 class PendingCommit:
     """The one commit a write makes: its id (to find its snapshot afterwards), the properties it
@@ -470,14 +485,8 @@ class PendingCommit:
         cls, spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None, guard: CursorGuard | None
     ) -> PendingCommit:
         """The commit about to be made on the table as it is now (its state validated first)."""
-        commit_id = new_commit_id()
         return cls(
-            spec=spec,
-            commit_id=commit_id,
-            properties=commit_properties(info, commit_id=commit_id),
-            started=started or datetime.now(timezone.utc),
-            case_sensitive=str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
-            guard=guard,
+            **commit_fields(spark, spec, info, started, guard),
             branch=new_branch_name() if guard is not None else "",
             iceberg=_refreshed_table(spark, spec.table),
         )

@@ -76,14 +76,7 @@ def create_as_select(
     """
     table = commit.table
     previous = spark.table(table.sql).count() if exists else 0  # Iceberg answers from metadata
-    if batch is None:
-        schema = spark.table(table.sql).schema
-        rows = spark.createDataFrame([], schema)
-    else:
-        assert data_schema is not None, "a batch always has its data schema"
-        schema, _ = creatable_schema(table, data_schema)
-        rows = rows_to_insert(batch, helpers) if helpers else batch
-        rows = rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
+    schema, rows = rows_to_create(spark, table, batch, data_schema, helpers)
     view = f"di_create_{commit.commit_id}"
     rows.createOrReplaceTempView(view)
     verb = "CREATE OR REPLACE TABLE" if exists else "CREATE TABLE"
@@ -100,6 +93,20 @@ def create_as_select(
     finally:
         spark.catalog.dropTempView(view)
     return commit_result(spark, commit, kind="refresh", previous_rows=previous)
+
+
+def rows_to_create(
+    spark: SparkSession, table: TableRef, batch: DataFrame | None, data_schema: T.StructType | None, helpers: Sequence[str]
+) -> tuple[T.StructType, DataFrame]:
+    """(schema, rows) a CREATE ... AS SELECT writes: the batch's rows to insert in the creatable
+    schema, or (no batch: a full refresh that empties the table) none in the table's schema."""
+    if batch is None:
+        schema = spark.table(table.sql).schema
+        return schema, spark.createDataFrame([], schema)
+    assert data_schema is not None, "a batch always has its data schema"
+    schema, _ = creatable_schema(table, data_schema)
+    rows = rows_to_insert(batch, helpers) if helpers else batch
+    return schema, rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
 
 
 def rows_to_insert(prepared: DataFrame, helpers: Sequence[str]) -> DataFrame:

@@ -29,6 +29,9 @@ class DataCommit(Protocol):
     def started(self) -> datetime: ...  # the run's start: scd2's default boundary
 
     @property
+    def case_sensitive(self) -> bool: ...
+
+    @property
     def table(self) -> TableRef: ...
 
     @property

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,7 +24,13 @@ from dagster_incremental.spark.local.write import write_local
 from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
-from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
+from dagster_incremental.spark.schema_evolution import (
+    SchemaPlan,
+    align_to_table,
+    apply_schema_change,
+    creatable_schema,
+    plan_schema_change,
+)
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
@@ -35,11 +41,12 @@ from dagster_incremental.spark.table_create import (
     ensure_namespace,
     rows_to_insert,
 )
+from dagster_incremental.spark.table_format import DataCommit
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
-__all__ = ["TableWriter", "prunable_partition_by"]
+__all__ = ["TableWriter", "fitted_batch", "prepared_batch", "prunable_partition_by"]
 
 
 class TableWriter:
@@ -117,7 +124,7 @@ class TableWriter:
                     return result
             local_count = local.num_rows if deduplicated else None
             batch = arrow_to_spark(self.spark, local)
-        batch, helpers = self._prepared(pending, batch, deduplicated)
+        batch, helpers = prepared_batch(pending, batch, deduplicated)
         data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
         exists = self.table_exists(spec.table)
         if batch is None and not exists:
@@ -133,47 +140,11 @@ class TableWriter:
                 return create_as_select(self.spark, pending, batch, data_schema, helpers, exists=False)
             except TableAlreadyExists:
                 exists = True
-        table_schema, aligned = self._fitted(pending, batch, data_schema, helpers, exists=exists)
+        create = None if exists else (lambda schema: create_table(self.spark, pending, schema))
+        table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create)
         if window is not None:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema, local_count)
-
-    def _prepared(self, pending: PendingCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
-        """(the batch as its disposition writes it, the `__di_*` helper columns it carries)."""
-        spec = pending.spec
-        if batch is None:
-            return None, []
-        if spec.disposition != "merge":
-            _reject_helper_columns(spec.table, batch.columns)
-            return batch, []
-        strategy = merge.strategy_for(spec)
-        batch = strategy.prepare_batch(spec, batch, run_started_at=pending.started, deduplicated=deduplicated)
-        return batch, [c for c in batch.columns if c.startswith(HELPER_PREFIX)]
-
-    def _fitted(
-        self,
-        pending: PendingCommit,
-        batch: DataFrame | None,
-        data_schema: T.StructType | None,
-        helpers: Sequence[str],
-        *,
-        exists: bool,
-    ) -> tuple[T.StructType, DataFrame | None]:
-        """Create the table or fit its schema to the batch (ALTERs, before any data commit);
-        (the table's schema, the batch aligned to it)."""
-        spark, table = self.spark, pending.table
-        if not exists:
-            assert data_schema is not None, "a table is created only from a batch"
-            schema, _ = creatable_schema(table, data_schema)
-            create_table(spark, pending, schema)
-        table_schema = spark.table(table.sql).schema
-        if batch is None or data_schema is None:
-            return table_schema, None
-        plan = plan_schema_change(table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
-        if not plan.is_empty:
-            apply_schema_change(spark, plan)
-            table_schema = spark.table(table.sql).schema
-        return table_schema, align_to_table(batch, table_schema, case_sensitive=pending.case_sensitive, keep=helpers)
 
     # -- dispositions ------------------------------------------------------------------------------
 
@@ -242,6 +213,48 @@ class TableWriter:
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
         return commit_result(self.spark, pending, kind="window", keys=pairing_key(spec), window=window)
 
+
+
+def prepared_batch(pending: DataCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
+    """(the batch as its disposition writes it, the `__di_*` helper columns it carries)."""
+    spec = pending.spec
+    if batch is None:
+        return None, []
+    if spec.disposition != "merge":
+        _reject_helper_columns(spec.table, batch.columns)
+        return batch, []
+    strategy = merge.strategy_for(spec)
+    batch = strategy.prepare_batch(spec, batch, run_started_at=pending.started, deduplicated=deduplicated)
+    return batch, [c for c in batch.columns if c.startswith(HELPER_PREFIX)]
+
+
+def fitted_batch(
+    spark: SparkSession,
+    pending: DataCommit,
+    batch: DataFrame | None,
+    data_schema: T.StructType | None,
+    helpers: Sequence[str],
+    *,
+    create: Callable[[T.StructType], object] | None,
+    check: Callable[[SchemaPlan, T.StructType], None] | None = None,
+) -> tuple[T.StructType, DataFrame | None]:
+    """Create the table (`create`, when there is none) or fit its schema to the batch (ALTERs,
+    before any data commit; `check` may refuse the plan first); (the table's schema, the batch
+    aligned to it)."""
+    table = pending.table
+    if create is not None:
+        assert data_schema is not None, "a table is created only from a batch"
+        create(creatable_schema(table, data_schema)[0])
+    table_schema = spark.table(table.sql).schema
+    if batch is None or data_schema is None:
+        return table_schema, None
+    plan = plan_schema_change(table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
+    if check is not None:
+        check(plan, table_schema)
+    if not plan.is_empty:
+        apply_schema_change(spark, plan)
+        table_schema = spark.table(table.sql).schema
+    return table_schema, align_to_table(batch, table_schema, case_sensitive=pending.case_sensitive, keep=helpers)
 
 
 def prunable_partition_by(spec: WriteSpec, columns: Sequence[str]) -> list[str]:

@@ -9,6 +9,7 @@ import uuid
 import dagster as dg
 import pytest
 
+from attack_support import table_exists
 from catalogs import WITHOUT_JVM
 from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 
@@ -20,8 +21,8 @@ ROWS = [{"id": i, "updated_at": f"2024-01-0{i}T00:00:00Z"} for i in range(1, 4)]
 
 @pytest.fixture
 def setup(tmp_path, catalog):
-    """On the catalogs whose metadata Python reads (WITHOUT_JVM: the Hadoop folder; the REST
-    catalog in tests/test_lake.py's process)."""
+    """On the catalogs whose metadata Python reads (WITHOUT_JVM: the Hadoop folder, the REST
+    catalog's answer, a Delta table's commit log)."""
     namespace = "nospark_" + uuid.uuid4().hex[:6]
     config = tmp_path / "config.toml"
     config.write_text(
@@ -78,7 +79,7 @@ def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, inst
     assert result.success
     assert metadata(result)["dagster/row_count"] == 0
     monkeypatch.undo()
-    assert not spark.catalog.tableExists(io().table_name(dg.AssetKey("orders")).sql)
+    assert not table_exists(spark, io(), "orders")
 
 
 SCD2_WARNING = "no merge_key retires every current row whose key is missing from a batch"

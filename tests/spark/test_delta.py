@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from dagster_incremental import Incremental, incremental, incremental_asset
-from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta.log import DeltaLog
@@ -67,6 +67,17 @@ def test_a_partition_transform_is_refused_naming_the_table(spark, delta_table):
     assert DeltaLog(delta_table.location).current_version() is None
 
 
+def test_a_type_change_is_refused_naming_column_and_types_and_writes_nothing(spark, delta_table):
+    spec = WriteSpec(table=delta_table, disposition="append")
+    writer = DeltaWriter(spark)
+    writer.write(spec, pa.table({"id": pa.array([1], pa.int32())}), commit=CommitInfo(state={"v": 1}))
+    version = DeltaLog(delta_table.location).current_version()
+    with pytest.raises(DataShapeError, match=r"'id' is int in the table but bigint in the batch.*Cast the column"):
+        writer.write(spec, pa.table({"id": pa.array([2], pa.int64())}), commit=CommitInfo(state={"v": 2}))
+    assert DeltaLog(delta_table.location).current_version() == version
+    assert rows(spark, delta_table) == [(1,)]
+
+
 def test_a_restored_table_is_reloaded_from_its_own_cursor(spark, spark_warehouse, instance, tmp_path):
     """RESTORE takes the table back to an older version: the cursor in force is the one that
     version carries, so the next run reloads what the restore took away, once; delta-rs reads
@@ -95,3 +106,10 @@ def test_a_restored_table_is_reloaded_from_its_own_cursor(spark, spark_warehouse
     run()
     assert sorted(r.id for r in spark.table(table.sql).collect()) == [1, 2, 3, 4, 5]
     assert_delta_rs_agrees(spark, table)
+
+
+def test_delta_on_object_storage_is_refused_naming_both_keys():
+    from dagster_incremental.spark.delta.tables import DeltaTables
+
+    with pytest.raises(IncrementalConfigError, match=r'warehouse = "s3://bucket/lake" with format = "delta".*Use a folder'):
+        DeltaTables(dict, "s3://bucket/lake")

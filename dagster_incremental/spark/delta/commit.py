@@ -22,11 +22,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from dagster_incremental.cursor.state import state_json
-from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor, commit_properties, new_commit_id
+from dagster_incremental.errors import ConcurrentRunError
+from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor, commit_fields
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
@@ -52,19 +53,12 @@ class DeltaCommit:
     started: datetime
     case_sensitive: bool
     guard: CursorGuard | None = None
+    made_commits: list[Commit] = dataclasses.field(default_factory=list)  # what `run` committed
 
     @classmethod
     def open(cls, spark: Any, spec: WriteSpec, info: CommitInfo, started: datetime | None,
              guard: CursorGuard | None) -> DeltaCommit:
-        commit_id = new_commit_id()
-        return cls(
-            spec=spec,
-            commit_id=commit_id,
-            properties=commit_properties(info, commit_id=commit_id),
-            started=started or datetime.now(timezone.utc),
-            case_sensitive=str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
-            guard=guard,
-        )
+        return cls(**commit_fields(spark, spec, info, started, guard))
 
     @property
     def table(self) -> TableRef:
@@ -82,7 +76,7 @@ class DeltaCommit:
 
     def unguarded(self) -> DeltaCommit:
         """For CREATE [OR REPLACE] TABLE ... AS SELECT (a create fails on an existing table)."""
-        return dataclasses.replace(self, guard=None)
+        return dataclasses.replace(self, guard=None, made_commits=[])
 
     def run(self, spark: Any, fn: Callable[[], Any]) -> Commit | None:
         """Run the statement in `fn` as this commit; the commit it made (None: it wrote nothing,
@@ -93,10 +87,19 @@ class DeltaCommit:
                 try:
                     fn()
                 except Exception as exc:
-                    if self.guard is not None and _is_conflict(exc):
-                        raise BaseMoved() from exc
+                    if _is_conflict(exc) and self.guard is not None:
+                        raise BaseMoved() from exc  # retried: the cursor check decides
+                    if _is_conflict(exc):
+                        raise ConcurrentRunError(
+                            f"table {self.table.display}: another writer committed to the table while this "
+                            "run was writing, so this run's commit was rejected and nothing was written. Re-run it.",
+                            table=self.table.display,
+                        ) from exc
                     raise
-        return self._own_commit(before)
+        made = self._own_commit(before)
+        if made is not None:
+            self.made_commits.append(made)
+        return made
 
     def _checked_count(self) -> int | None:
         """Under a guard: the table's count of cursor-carrying commits, read after checking it
@@ -117,17 +120,8 @@ class DeltaCommit:
         return conf
 
     def made(self) -> Commit | None:
-        """The commit this one made (None: none yet), searched from the newest."""
-        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
-
-        log = self.log
-        for version in reversed(log.versions()):
-            commit = log.commit(version)
-            if commit is not None and commit.properties.get(COMMIT_ID_PROPERTY) == self.commit_id:
-                return commit
-            if commit is not None and commit.timestamp_ms < self.started.timestamp() * 1000 - 60_000:
-                return None  # older than the run: not found
-        return None
+        """The commit this one's statement made (None: none yet, or it wrote nothing)."""
+        return self.made_commits[-1] if self.made_commits else None
 
     def _own_commit(self, before: int | None) -> Commit | None:
         """The commit carrying this commit's id among those after `before`. Under a guard, none

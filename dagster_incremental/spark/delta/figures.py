@@ -4,7 +4,7 @@ delete-insert: both delete and re-insert a row that may not have changed)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -56,11 +56,17 @@ def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit
     return added - (matched - gone), matched - gone, gone
 
 
-def unchanged(spark: SparkSession, table: TableRef, version: int | None) -> WriteResult:
-    """A run that commits nothing: the table as it is."""
+def unchanged(table: TableRef, version: int | None, spark: Callable[[], SparkSession]) -> WriteResult:
+    """A run that commits nothing: the table as it is, read from its commit log (no JVM) where
+    the log holds it; `spark` gives the session otherwise."""
     if version is None:
         return WriteResult(0, 0, 0, 0, None, ())
-    return WriteResult(0, 0, 0, row_count(spark, table, version), version, schema(spark, table))
+    assert table.location is not None, "a Delta table has a location"
+    log = DeltaLog(table.location)
+    rows, columns = log.row_count(version), log.schema(version)
+    if rows is None:
+        rows = row_count(spark(), table, version)
+    return WriteResult(0, 0, 0, rows, version, columns if columns is not None else schema(spark(), table))
 
 
 def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequence[str]) -> tuple[int, int, int]:

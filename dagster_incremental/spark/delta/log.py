@@ -99,6 +99,21 @@ class DeltaLog:
         counts = list(live.values())
         return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
+    def schema(self, version: int) -> tuple[tuple[str, str], ...] | None:
+        """(column, Spark type) of the table at `version`, from its newest metaData action (None:
+        only in a checkpoint, which Spark reads)."""
+        from pyspark.sql.types import StructType  # the type classes only: no JVM
+
+        for v in range(version, -1, -1):
+            actions = self._actions(v)
+            if actions is None:
+                return None
+            found = next((a["metaData"]["schemaString"] for a in actions if "metaData" in a), None)
+            if found is not None:
+                fields = StructType.fromJson(json.loads(found)).fields
+                return tuple((f.name, f.dataType.simpleString()) for f in fields)
+        return None
+
     def _checkpoint_files(self, version: int) -> tuple[dict[str, int | None], int]:
         """({file: live rows} of the newest single-file checkpoint at or before `version`, the
         first version after it); ({}, 0) without one."""

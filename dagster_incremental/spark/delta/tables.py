@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
@@ -25,7 +26,14 @@ class DeltaTables(TableService):
 
     def __init__(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> None:
         super().__init__(conf)
-        self.warehouse = warehouse.rstrip("/")
+        if "://" in warehouse and not warehouse.startswith("file://"):
+            raise IncrementalConfigError(
+                f'[destination] warehouse = "{warehouse}" with format = "delta": Delta tables are '
+                "written to a local or mounted folder only for now (the run reads the commit log from "
+                "the filesystem, and Delta's S3 log store admits one writing driver). Use a folder, "
+                'or format = "iceberg" for object storage.'
+            )
+        self.warehouse = warehouse.removeprefix("file://").rstrip("/")
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
         name = TableRef.for_asset(catalog, namespace, key_path)
@@ -45,7 +53,7 @@ class DeltaTables(TableService):
     def unchanged(self, table: TableRef, files: Any = None) -> WriteResult:
         from dagster_incremental.spark.delta import figures
 
-        return figures.unchanged(self.spark, table, _log(table).current_version())
+        return figures.unchanged(table, _log(table).current_version(), lambda: self.spark)
 
     def only_rewrites_left(self, table: TableRef) -> bool:
         log = _log(table)

@@ -17,21 +17,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
-from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
-from dagster_incremental.spark.schema_evolution import align_to_table, apply_schema_change, creatable_schema, plan_schema_change
+from dagster_incremental.spark.schema_evolution import SchemaPlan
 from dagster_incremental.spark.sql import column_list, quote
-from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_insert, string_literal
+from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, rows_to_insert, string_literal
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 from dagster_incremental.spark.statistics import pairing_key
-from dagster_incremental.spark.writer import prunable_partition_by
+from dagster_incremental.spark.writer import fitted_batch, prepared_batch, prunable_partition_by
 
 
 CREATOR_WAIT_S = 30.0  # how long a run waits for another run's first commit of a new table
@@ -54,6 +53,20 @@ def _created_by_another(pending: DeltaCommit) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def _keeps_types(plan: SchemaPlan, table_schema: T.StructType) -> None:
+    """Delta changes a column's type only with its type-widening table feature, which other
+    readers (delta-rs) do not read yet: a plan that widens one is refused before anything is written."""
+    if not plan.widen:
+        return
+    held = {f.name: f.dataType.simpleString() for f in table_schema.fields}
+    changes = ", ".join(f"{name!r} is {held.get(name)} in the table but {new.simpleString()} in the batch"
+                        for name, new in plan.widen)
+    raise DataShapeError(
+        f"table {plan.table.display}: {changes}; a Delta table keeps a column's type. Cast the column "
+        f"to the table's type in the asset, or run a full refresh to recreate the table with the new type."
+    )
 
 
 class DeltaWriter:
@@ -79,7 +92,7 @@ class DeltaWriter:
         local = as_local(batch)
         if local is not None:
             batch = arrow_to_spark(self.spark, local)
-        batch, helpers = self._prepared(pending, batch, deduplicated)
+        batch, helpers = prepared_batch(pending, batch, deduplicated)
         data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
         exists = pending.log.current_version() is not None
         if batch is None and not exists:
@@ -89,34 +102,12 @@ class DeltaWriter:
                 return self._create_as_select(pending, batch, data_schema, helpers, replace=exists)
             except TableAlreadyExists:
                 exists = True  # another run created it first: write into it as usual
-        table_schema, aligned = self._fitted(pending, batch, data_schema, helpers, exists=exists)
+        create = None if exists else (lambda schema: self._create_empty(pending, schema))
+        table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create,
+                                             check=_keeps_types)
         if window is not None:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema)
-
-    def _prepared(self, pending: DeltaCommit, batch: DataFrame | None, deduplicated: bool) -> tuple[DataFrame | None, list[str]]:
-        spec = pending.spec
-        if batch is None or spec.disposition != "merge":
-            return batch, []
-        batch = merge.strategy_for(spec).prepare_batch(spec, batch, run_started_at=pending.started, deduplicated=deduplicated)
-        return batch, [c for c in batch.columns if c.startswith(HELPER_PREFIX)]
-
-    def _fitted(self, pending: DeltaCommit, batch: DataFrame | None, data_schema: T.StructType | None,
-                helpers: Sequence[str], *, exists: bool) -> tuple[T.StructType, DataFrame | None]:
-        """Create the (empty) table or fit its schema to the batch; (its schema, the batch aligned)."""
-        spark, table = self.spark, pending.table
-        if not exists:
-            assert data_schema is not None, "a table is created only from a batch"
-            schema, _ = creatable_schema(table, data_schema)
-            self._create_empty(pending, schema)
-        table_schema = spark.table(table.sql).schema
-        if batch is None or data_schema is None:
-            return table_schema, None
-        plan = plan_schema_change(table, table_schema, data_schema, case_sensitive=pending.case_sensitive)
-        if not plan.is_empty:
-            apply_schema_change(spark, plan)
-            table_schema = spark.table(table.sql).schema
-        return table_schema, align_to_table(batch, table_schema, case_sensitive=pending.case_sensitive, keep=helpers)
 
     # -- creating ----------------------------------------------------------------------------------
 
@@ -133,14 +124,7 @@ class DeltaWriter:
         """CREATE [OR REPLACE] TABLE ... AS SELECT: schema, rows and cursor in one commit."""
         spark, table = self.spark, pending.table
         previous = spark.table(table.sql).count() if replace else 0
-        if batch is None:
-            schema = spark.table(table.sql).schema
-            rows = spark.createDataFrame([], schema)
-        else:
-            assert data_schema is not None, "a batch always has its data schema"
-            schema, _ = creatable_schema(table, data_schema)
-            rows = rows_to_insert(batch, helpers) if helpers else batch
-            rows = rows.select(*(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields))
+        schema, rows = rows_to_create(spark, table, batch, data_schema, helpers)
         if replace:  # Delta replaces a table at a path through an overwrite that may change its schema
             write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
             self._clauses(pending.spec, schema)  # refuses a partition transform before anything is written
