@@ -85,7 +85,8 @@ def workdir(prefix: str, config_toml: str = "") -> Iterator[Workdir]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4, lake: dict | None = None):
+def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4, lake: dict | None = None,
+               table_format: str = "iceberg"):
     """The SparkTableIOManager a user would configure, on this workdir's warehouse, or on `lake`'s
     catalog ({"catalog", "namespace", "warehouse", "spark_config"}: bench/lake.py's REST over S3)."""
     from dagster_incremental import SparkTableIOManager
@@ -93,6 +94,7 @@ def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 
     lake = lake or {}
     return SparkTableIOManager(
         master=master,
+        table_format=table_format,
         app_name="dagster-incremental-bench",
         spark_config={**spark_extra_conf(master, shuffle_partitions), **lake.get("spark_config", {})},
         catalog=lake.get("catalog", CATALOG),

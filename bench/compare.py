@@ -11,6 +11,10 @@ OUR bench/workload.py via --workload, so all four load the same rows:
     python -m bench.compare --rows 1000000 --changes 10000 --runs 6 --rounds 2
     python -m bench.compare --rows 10000000 --changes 10000 --runs 3 --rounds 1   # the 10M variant
     python -m bench.compare --peers plain,dlt --rows 20000 --changes 1000 --runs 3 --rounds 1
+    python -m bench.compare --format delta --peers plain,dlt --rows 1000000 --changes 10000 --runs 6
+
+With `--format delta` ours writes Delta tables and "plain" is bench/delta_plain.py (plain Spark
++ Delta MERGE by hand, this interpreter); dlt writes Delta in either case.
 
 Alternating the order per round pair spreads the box's load drift over all systems. Prints ONE
 JSON line (every result, medians over rounds, ratios ours/peer for the first run, the mean change
@@ -41,6 +45,9 @@ TARGETS = {
     "dlt": {"total": 0.6},
 }
 TARGETS_10M = {"dlt": {"worst_change": 1.5, "total": 1.0}}
+# On Delta: the change run at most 0.8x each peer's, the first load half dlt's, six runs ahead.
+TARGETS_DELTA = {"plain": {"change": 0.8, "total": 1.0}, "dlt": {"first": 0.5, "change": 0.8, "total": 1.0}}
+PLAIN_DELTA = ("plain Spark + Delta", "bench.delta_plain")
 RATIOS = ("first", "change", "total", "worst_change")
 
 
@@ -70,8 +77,8 @@ def cell(value: float | None, target: float | None) -> str:
     return f"{value:.2f}" + (f" (≤ {target:g}: {'met' if value <= target else 'no'})" if target else "")
 
 
-def label(name: str) -> str:
-    return "ours (dagster-incremental)" if name == "ours" else PEERS[name][0]
+def label(name: str, record: dict) -> str:
+    return f"ours (dagster-incremental, {record['format']})" if name == "ours" else record["peers"][name]
 
 
 def tables(record: dict) -> str:
@@ -82,9 +89,9 @@ def tables(record: dict) -> str:
     rows = []
     for name, s in record["median"].items():
         r, t = record["ratios"].get(name, {}), record["targets"].get(name, {})
-        rows.append([label(name), common.seconds(s["first"]), common.seconds(s["change"]), common.seconds(s["total"]),
+        rows.append([label(name, record), common.seconds(s["first"]), common.seconds(s["change"]), common.seconds(s["total"]),
                      *(cell(r.get(k), t.get(k)) for k in RATIOS)])
-    per_run = [[label(k), *(common.seconds(x) for x in s["per_run"])] for k, s in record["median"].items()]
+    per_run = [[label(k, record), *(common.seconds(x) for x in s["per_run"])] for k, s in record["median"].items()]
     loads = [x["loadavg"][0] for runs in record["results"].values() for x in runs]
     note = (f"{record['rows']:,} rows + {n - 1} change runs of {record['changes']:,}; medians of "
             f"{record['rounds']} round(s); load avg {min(loads)} - {max(loads)} on {record['cpus']} cores; "
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dlt-python", default="/tmp/peer/bin/python")
     ap.add_argument("--destination", choices=["delta", "duckdb"], default="delta", help="dlt's destination")
     ap.add_argument("--no-verify", action="store_true", help="skip the check of our final table")
+    ap.add_argument("--format", choices=["iceberg", "delta"], default="iceberg", help="our tables' format")
     args = ap.parse_args(argv)
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = set(peers) - set(PEERS)
@@ -116,9 +124,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     size = ["--rows", str(args.rows), "--changes", str(args.changes), "--runs", str(args.runs)]
     python = {"plain": args.plain_python, "dgi": args.dgi_python, "dlt": args.dlt_python}
-    cmds = {"ours": [sys.executable, "-m", "bench.orders", *size, *([] if args.no_verify else ["--verify"])]}
+    cmds = {"ours": [sys.executable, "-m", "bench.orders", *size, "--format", args.format,
+                     *([] if args.no_verify else ["--verify"])]}
     for p in peers:
         extra = ["--destination", args.destination] if p == "dlt" else []
+        if p == "plain" and args.format == "delta":
+            cmds[p] = [python[p], "-m", PLAIN_DELTA[1], *size]
+            continue
         cmds[p] = [python[p], str(Path(args.peer_dir) / PEERS[p][1]), *size, "--workload", str(WORKLOAD), *extra]
 
     order = list(cmds)
@@ -128,13 +140,16 @@ def main(argv: list[str] | None = None) -> dict:
             results[name].append(common.run_json(cmds[name], REPO)[0])
 
     median = {k: summary(v) for k, v in results.items()}
-    targets = {k: v for k, v in (TARGETS_10M if args.rows >= 10_000_000 else TARGETS).items() if k in peers}
+    chosen = TARGETS_DELTA if args.format == "delta" else TARGETS_10M if args.rows >= 10_000_000 else TARGETS
+    targets = {k: v for k, v in chosen.items() if k in peers}
     rat = {p: ratios(median["ours"], median[p]) for p in peers}
     counts = {x["table_rows"] for v in results.values() for x in v}
     record = {
         "bench": "compare",
         "rows": args.rows, "changes": args.changes, "runs": args.runs, "rounds": args.rounds,
-        "peers": {p: PEERS[p][0] + (f" ({args.destination})" if p == "dlt" else "") for p in peers},
+        "format": args.format,
+        "peers": {p: (PLAIN_DELTA[0] if p == "plain" and args.format == "delta" else PEERS[p][0])
+                  + (f" ({args.destination})" if p == "dlt" else "") for p in peers},
         "median": median, "ratios": rat, "targets": targets,
         "meets": {p: {k: rat[p][k] is not None and rat[p][k] <= t for k, t in ts.items()} for p, ts in targets.items()},
         "table_rows": results["ours"][0]["table_rows"], "same_table_rows": len(counts) == 1,

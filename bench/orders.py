@@ -107,10 +107,17 @@ def verify(spark, table: str, runs: int, rows: int, changes: int) -> dict:
     return {"verify_s": round(time.perf_counter() - t, 3), "verified_rows": got.num_rows}
 
 
-def table_files(spark, table: str) -> dict[str, int]:
+def table_files(spark, ref) -> dict[str, int]:
     """Data and delete files and deleted positions of the table's current snapshot (its summary,
     read from the Iceberg Table object: no Spark job). What a reader pays, and what the IO
-    manager's compaction rule looks at."""
+    manager's compaction rule looks at. A Delta table: its newest commit's operation."""
+    if ref.location is not None:
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        log = DeltaLog(ref.location)
+        newest = log.commit(log.current_version() or 0)
+        return {"operation": newest.operation if newest is not None else None}
+    table = ref.sql
     iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
     iceberg.refresh()
     snapshot = iceberg.currentSnapshot()
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-phases", action="store_true", help="do not time library phases")
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
     ap.add_argument("--lake", help="a JSON file naming another catalog (bench/lake.py: REST over S3)")
+    ap.add_argument("--format", choices=["iceberg", "delta"], default="iceberg", help="the tables' format")
     args = ap.parse_args(argv)
 
     import dagster as dg
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
             os.environ["BENCH_EVENT_LOG"] = tempfile.mkdtemp(prefix="events_", dir=wd.root)
         instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
         lake = json.loads(Path(args.lake).read_text()) if args.lake else None
-        io = common.io_manager(wd, args.master, lake=lake)
+        io = common.io_manager(wd, args.master, lake=lake, table_format=args.format)
         spark, spark_start = common.start_spark(io)
         timer = None if args.no_phases else common.instrument()
         asset = build_asset(str(wd.config), state, args.rows, args.changes, timer)
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
             m = result.get_asset_materialization_events()[-1].materialization.metadata
             meta.append({k.split("/")[-1]: m[k].value for k in (
                 "dagster_incremental/rows_inserted", "dagster_incremental/rows_updated", "dagster/row_count")})
-            files.append(table_files(spark, io.table_name(dg.AssetKey("orders")).sql))
+            files.append(table_files(spark, io.table_name(dg.AssetKey("orders"))))
             if run == 0:
                 peak_first = common.py_peak_rss_mb()
             if prof:
@@ -193,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
         checked = verify(spark, table, args.runs, args.rows, args.changes) if args.verify else {}
         record = {
             "bench": "orders",
-            "engine": "dagster-incremental+iceberg",
+            "engine": f"dagster-incremental+{args.format}",
             "catalog": (lake or {}).get("catalog", common.CATALOG),
             "rows": args.rows,
             "changes": args.changes,
