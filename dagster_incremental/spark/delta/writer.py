@@ -26,21 +26,20 @@ from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import SchemaPlan
 from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.statistics import pairing_key
 from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, rows_to_insert, string_literal
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
-from dagster_incremental.spark.statistics import pairing_key
 from dagster_incremental.spark.writer import fitted_batch, prepared_batch, prunable_partition_by
 
-
 CREATOR_WAIT_S = 30.0  # how long a run waits for another run's first commit of a new table
-
-
+# How Delta says a path was taken by another creator, depending on how far its commit had got.
 _CREATION_RACE = ("ALREADY_EXISTS", "already exists", "DELTA_TABLE_NOT_FOUND", "ProtocolChangedException",
                   "ConcurrentWriteException", "FileAlreadyExistsException")
 
 
 def _lost_creation_race(error: BaseException) -> bool:
+    """Whether a CREATE failed because another run was creating the same table."""
     return any(sign in str(error) for sign in _CREATION_RACE)
 
 
@@ -123,7 +122,7 @@ class DeltaWriter:
                           helpers: Sequence[str], *, replace: bool) -> WriteResult:
         """CREATE [OR REPLACE] TABLE ... AS SELECT: schema, rows and cursor in one commit."""
         spark, table = self.spark, pending.table
-        previous = spark.table(table.sql).count() if replace else 0
+        previous = figures.row_count(spark, table, pending.log.current_version()) if replace else 0
         schema, rows = rows_to_create(spark, table, batch, data_schema, helpers)
         if replace:  # Delta replaces a table at a path through an overwrite that may change its schema
             write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
@@ -178,7 +177,7 @@ class DeltaWriter:
             raise IncrementalConfigError(
                 f"table {spec.table}: unknown write disposition {spec.disposition!r}; use append, replace or merge."
             )
-        previous = spark.table(spec.table.sql).count() if spec.disposition == "replace" else 0
+        previous = figures.row_count(spark, spec.table, pending.log.current_version()) if spec.disposition == "replace" else 0
         verb = "INSERT OVERWRITE" if spec.disposition == "replace" else "INSERT INTO"
         view = f"di_rows_{pending.commit_id}"
         rows.createOrReplaceTempView(view)
