@@ -1,8 +1,10 @@
-"""The Iceberg catalogs the end-to-end suites run against, each where such tables live:
+"""The catalogs and formats the end-to-end suites run against, each where such tables live:
 - `hadoop`: the default Hadoop catalog, a folder on the local disk;
 - `jdbc`: a JDBC catalog on a PostgreSQL server the tests start (tests/postgres_server.py), its
   warehouse in a bucket of the S3 server the tests start (SeaweedFS, tests/s3_server.py);
-- `rest`: that S3 server's own Iceberg REST catalog, its tables in the server's table bucket.
+- `rest`: that S3 server's own Iceberg REST catalog, its tables in the server's table bucket;
+- `delta`: Delta Lake tables (`format = "delta"`) in folders of the local disk, read back by
+  delta-rs as well.
 Spark writes S3 through Iceberg's S3FileIO, whose AWS SDK comes from the AWS bundle jar of the
 runtime jar's Iceberg version (tests/maven_jars.py); the S3 keys reach it, pyarrow and pyiceberg
 through the AWS SDKs' own variables (`s3_identity_env`), the REST catalog's credential as a secret."""
