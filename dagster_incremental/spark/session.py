@@ -117,6 +117,10 @@ def spark_conf(
         # a remote cluster's executors need their own Python (spark.pyspark.python or
         # PYSPARK_PYTHON); this interpreter's path means nothing there.
         out["spark.pyspark.python"] = sys.executable
+        # Listing a folder (Delta's VACUUM, file-source reads) fans out to 10,000 tasks by
+        # default, a cluster's figure: on one machine VACUUM of a 20-file table took 88 s, 7.5 s
+        # with a listing spread as wide as the shuffles.
+        out["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = out["spark.sql.shuffle.partitions"]
     user = {k: str(v) for k, v in (conf or {}).items()}
     if table_format == "iceberg":
         if "spark.jars" not in user and "spark.jars.packages" not in user:
