@@ -12,7 +12,7 @@ be known, so the plan refuses rather than skip them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dagster_incremental.errors import UpstreamRewritten
@@ -34,13 +34,15 @@ class Snapshot:
 @dataclass(frozen=True)
 class UpstreamRead:
     """What a run reads of one upstream: `kind`, from `start` (exclusive) to `end` (inclusive);
-    `commits` is the snapshots in between, oldest first, and `operations` their Iceberg operations."""
+    `commits` is the snapshots in between, oldest first, and `operations` their Iceberg operations;
+    `table_id` the upstream's identity where its snapshot ids do not tell it (Delta's versions)."""
 
     kind: ReadKind
     start: int | None
     end: int | None
     commits: tuple[int, ...] = ()
     operations: tuple[str, ...] = ()
+    table_id: str | None = None
 
 
 def plan_read(table: str, history: Sequence[Snapshot], current: int | None, cursor: int | None) -> UpstreamRead:
@@ -72,7 +74,7 @@ def cut_read(read: UpstreamRead, commits_per_slice: int | None) -> list[Upstream
     out, start = [], read.start
     for first in range(0, len(read.commits), commits_per_slice):
         part = slice(first, first + commits_per_slice)
-        out.append(_read_of(start, read.commits[part], read.operations[part]))
+        out.append(replace(_read_of(start, read.commits[part], read.operations[part]), table_id=read.table_id))
         start = out[-1].end
     return out
 
@@ -133,6 +135,7 @@ class Changes:
     end_snapshot_id: int | None  # inclusive: this run's cursor
     df: Any = None
     table: Any = None  # the whole upstream table as of end_snapshot_id (a lazy DataFrame)
+    table_id: str | None = None  # the upstream's identity where snapshot ids do not tell it (Delta)
 
     def upserts(self) -> Any:
         """The INSERT rows (new rows and new versions), without `_change_type`."""

@@ -8,6 +8,7 @@ upstream snapshot it read up to: `state["upstream"][<parameter>]`, shown with th
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -55,7 +56,7 @@ class UpstreamInputs:
         """What each slice of the run reads of each parameter's upstream: from the cursor in
         `state` (everything when `restart`) to the upstream's current snapshot, cut into reads
         of at most `commits_per_slice` upstream commits (one upstream, checked at definition)."""
-        from dagster_incremental.spark.changes import snapshot_history
+        from dagster_incremental.spark.changes import check_same_table, snapshot_history, table_identity
 
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
         reads = {}
@@ -67,7 +68,11 @@ class UpstreamInputs:
                     f"upstream asset {key.to_user_string()} (parameter {name!r}) has no table {table.display} "
                     "yet, or it has no commit: materialize it first."
                 )
-            reads[name] = plan_read(table.display, history, current, (cursors.get(name) or {}).get("snapshot_id"))
+            cursor = cursors.get(name) or {}
+            identity = table_identity(table)
+            check_same_table(table, identity, cursor.get("table_id"), cursor.get("snapshot_id"))
+            read = plan_read(table.display, history, current, cursor.get("snapshot_id"))
+            reads[name] = dataclasses.replace(read, table_id=identity)
         if len(reads) != 1:
             return [reads]
         name, read = next(iter(reads.items()))
@@ -91,7 +96,7 @@ class UpstreamInputs:
                 frame = rows_in_window(frame, table, *window)
             out[name] = Changes(
                 table.display, read.kind, read.start, read.end,
-                df=frame, table=table_at(io.spark, table, read.end),
+                df=frame, table=table_at(io.spark, table, read.end), table_id=read.table_id,
             )
         return out
 
@@ -114,7 +119,8 @@ class UpstreamInputs:
         `Incremental` cursor of its own, `last_value` is that snapshot (one upstream) too."""
         if not changes or state is None:
             return state
-        upstream = {name: {"table": c.upstream, "snapshot_id": c.end_snapshot_id} for name, c in changes.items()}
+        upstream = {name: {"table": c.upstream, "snapshot_id": c.end_snapshot_id,
+                           **({"table_id": c.table_id} if c.table_id else {})} for name, c in changes.items()}
         out = {**state, UPSTREAM: upstream}
         if not has_cursor and len(changes) == 1:
             out["last_value"] = next(iter(changes.values())).end_snapshot_id

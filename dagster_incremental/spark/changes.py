@@ -1,4 +1,5 @@
-"""The rows an upstream Iceberg table changed between two of its snapshots, as one DataFrame.
+"""The rows an upstream table changed between two of its snapshots, as one DataFrame (Iceberg
+here; a Delta upstream's read is `spark/delta/changes.py`, answering the same questions).
 
 Every row carries `_change_type`: "INSERT" (a new row, or the new version of an updated one) or
 "DELETE" (a row the upstream no longer holds, or the old version of an updated one). Three reads:
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
-from dagster_incremental.errors import DataShapeError
+from dagster_incremental.errors import DataShapeError, UpstreamRewritten
 from dagster_incremental.spark.commit import iceberg_table
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
@@ -35,6 +36,10 @@ _SIGN = "__di_sign"  # +1 a row live at the end, -1 a row live at the start
 
 def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
     """The table's snapshots and its current one (None: no table or no commit yet); no Spark job."""
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        return delta.snapshot_history(table)
     if not spark.catalog.tableExists(table.sql):
         return [], None
     iceberg = iceberg_table(spark, table)
@@ -53,10 +58,37 @@ def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None
 _WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
 
 
+def table_identity(table: TableRef) -> str | None:
+    """What tells a table from one created again at the same name, when its snapshot ids do not
+    (a Delta table's versions count from 0 again); None for Iceberg, whose ids are random."""
+    if table.location is None:
+        return None
+    from dagster_incremental.spark.delta import changes as delta
+
+    return delta.table_id(table)
+
+
+def check_same_table(table: TableRef, identity: str | None, recorded: str | None, snapshot_id: int | None) -> None:
+    """UpstreamRewritten when the cursor was taken on another table at the same place (a Delta
+    table created again: its versions count from 0 again and mean other rows)."""
+    if identity is None or recorded is None or snapshot_id is None or identity == recorded:
+        return
+    raise UpstreamRewritten(
+        f"upstream table {table.display} was created again (table id {identity}, the cursor's was {recorded}): "
+        f"the changes since its snapshot {snapshot_id} can't be read; nothing was written. Run a full refresh "
+        "of this asset to recompute it from the whole upstream table.",
+        upstream=table.display, snapshot_id=snapshot_id,
+    )
+
+
 def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
     """How many rows `commits` touched, by their snapshot summaries (no Spark job), counted until
     the sum passes `above`: what bounds the rows the read of those commits returns (but for
     equality deletes, each of which may match several rows)."""
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        return delta.rows_written(table, commits, above)
     iceberg = iceberg_table(spark, table)
     total = 0
     for snapshot_id in commits:
@@ -74,6 +106,10 @@ def read_changes(spark, table: TableRef, read: UpstreamRead):
     """The rows `read` covers, with `_change_type` (see the module docstring)."""
     from pyspark.sql import functions as F
 
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        return delta.read_changes(spark, table, read, net_rows)
     if read.kind == "none":
         return _empty(spark, table, read.end)
     if read.kind == "full":
@@ -110,6 +146,10 @@ def table_at(spark, table: TableRef, snapshot_id: int | None):
 
 
 def _at(spark, table: TableRef, snapshot_id: int | None):
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        return delta.table_at(spark, table, snapshot_id)
     if snapshot_id is None:
         return spark.table(table.sql)
     return spark.read.format("iceberg").option("snapshot-id", str(int(snapshot_id))).load(table.sql)
@@ -137,9 +177,17 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
         gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
     gone = gone.drop(_FILE, _POS)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
-    # A row on both sides was only rewritten (copy-on-write, compaction): not a change. One
-    # shuffle nets the two sides (each read once), and the small result is kept, so the
-    # function can use it several times without reading the upstream's files again.
+    return net_rows(inserted, gone)
+
+
+def net_rows(inserted, gone):
+    """`inserted` as INSERTs and `gone` (the same columns) as DELETEs, less the rows on both
+    sides: those were only rewritten (copy-on-write, compaction), not changed. One shuffle nets
+    the two sides (each read once), and the small result is kept, so the function can use it
+    several times without reading the upstream's files again."""
+    from pyspark.sql import functions as F
+
+    columns = inserted.columns
     signed = inserted.withColumn(_SIGN, F.lit(1)).unionByName(gone.withColumn(_SIGN, F.lit(-1)))
     net = signed.groupBy(*columns).agg(F.sum(_SIGN).alias(_SIGN)).where(F.col(_SIGN) != 0)
     net = net.select(

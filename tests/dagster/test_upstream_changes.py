@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from dagster_incremental import Changes, Incremental, changes_of, incremental, incremental_asset
 from attack_support import failure_text
-from catalogs import HADOOP_ONLY, LOCAL_AND_LAKE
+from catalogs import EACH_FORMAT, HADOOP_ONLY, LOCAL_LAKE_AND_DELTA, assert_other_readers_agree
 
 pytestmark = [pytest.mark.spark]
 
@@ -44,10 +44,14 @@ def state_of(result, name: str) -> dict:
 
 def snapshot_now(spark, io, name: str) -> int:
     table_ref = io.table_name(dg.AssetKey(name))
+    if table_ref.location is not None:  # a Delta table: its version
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        return DeltaLog(table_ref.location).current_version()
     return spark.sql(f"SELECT snapshot_id FROM {table_ref.sql}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
 
 
-@HADOOP_ONLY
+@EACH_FORMAT
 def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(spark, instance, io_manager, config_file):
     source = [{"id": i, "amount": 10 * i, "seq": i} for i in range(1, 4)]
     received = []
@@ -84,7 +88,7 @@ def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(
     assert table(spark, io_manager, "orders_enriched", "id") == [(i,) for i in range(1, 6)]
 
 
-@LOCAL_AND_LAKE
+@LOCAL_LAKE_AND_DELTA
 def test_merge_upstream_gives_changed_and_deleted_rows_with_their_kind(spark, instance, io_manager, config_file):
     source = {i: {"id": i, "amount": 10 * i, "deleted": False} for i in range(1, 6)}
     received = []
@@ -215,3 +219,91 @@ def test_a_change_run_computes_the_functions_spark_output_once(spark, instance, 
     assert result.success, failure_text(result)
     assert sorted(map(int, log.read_text().splitlines()[before:])) == list(range(4, 4 + new_rows))  # each once
     assert table(spark, io_manager, "doubled", "id", "amount") == [(i, i) for i in range(1, 4 + new_rows)]
+
+
+DELTA = pytest.mark.parametrize("catalog", ["delta"], indirect=True)
+
+
+@DELTA
+def test_a_delta_upstream_read_across_optimize_restore_and_overwrite_gives_the_net_change(spark, catalog, instance, io_manager, config_file):
+    """Delta's log lists the files live at each version: the change between two versions is
+    exact whatever came between (a compaction moves rows and is no change; a RESTORE and a full
+    refresh are read as the rows they changed), so the chain never needs a full refresh for them."""
+    source = {i: {"id": i, "amount": i} for i in range(1, 5)}
+    received = []
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=config_file)
+    def orders():
+        return [dict(r) for r in source.values()]
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       columns={"gone": {"hard_delete": True}}, config_path=config_file)
+    def mirror(orders: Changes):
+        received.append((orders.kind, rows(orders.df, "id", "amount", "_change_type")))
+        return orders.upserts().withColumn("gone", F.lit(False)).unionByName(
+            orders.deletes("id").withColumn("gone", F.lit(True)))
+
+    assert run([orders, mirror], instance, io_manager).success
+    path = io_manager.table_name(dg.AssetKey("orders")).sql
+    before = snapshot_now(spark, io_manager, "orders")
+    source[2] = {"id": 2, "amount": 20}
+    assert run([orders], instance, io_manager).success
+    spark.sql(f"OPTIMIZE {path}")
+    assert run([mirror], instance, io_manager).success
+    assert received[-1] == ("changes", [(2, 2, "DELETE"), (2, 20, "INSERT")])  # OPTIMIZE's copies net out
+
+    spark.sql(f"RESTORE TABLE {path} TO VERSION AS OF {before}")  # amount 20 is rolled back
+    assert run([mirror], instance, io_manager).success
+    assert received[-1] == ("changes", [(2, 2, "INSERT"), (2, 20, "DELETE")])
+
+    source.clear()
+    source[9] = {"id": 9, "amount": 9}
+    assert run([orders], instance, io_manager, full_refresh=("orders",)).success
+    mirrored = run([mirror], instance, io_manager)
+    assert mirrored.success, failure_text(mirrored)
+    assert table(spark, io_manager, "mirror", "id", "amount") == table(spark, io_manager, "orders", "id", "amount") == [(9, 9)]
+    upstream = state_of(mirrored, "mirror")["upstream"]["orders"]
+    assert upstream["snapshot_id"] == snapshot_now(spark, io_manager, "orders") and upstream["table_id"]
+    assert_other_readers_agree(catalog, spark, io_manager.table_name(dg.AssetKey("mirror")))
+
+
+@DELTA
+def test_a_delta_upstream_created_again_or_vacuumed_fails_until_a_full_refresh(spark, instance, io_manager, config_file):
+    import shutil
+
+    source = [{"id": i, "seq": i} for i in range(1, 4)]
+
+    @incremental_asset(config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(config_path=config_file)
+    def copy(upstream: Changes = changes_of("orders")):
+        return upstream.upserts()
+
+    assert run([orders, copy], instance, io_manager).success
+    before = io_manager.committed_state(dg.AssetKey("copy")).state["upstream"]
+    upstream_table = io_manager.table_name(dg.AssetKey("orders"))
+    shutil.rmtree(upstream_table.location)  # the folder deleted, then written again: versions from 0
+    source[:] = [{"id": 7, "seq": 7}, {"id": 8, "seq": 8}]
+    assert run([orders], instance, io_manager, full_refresh=("orders",)).success  # its version 0, as the cursor's
+    assert snapshot_now(spark, io_manager, "orders") == before["upstream"]["snapshot_id"]
+    failed = run([copy], instance, io_manager)
+    assert not failed.success
+    assert "was created again" in failure_text(failed) and "full refresh" in failure_text(failed)
+    assert table(spark, io_manager, "copy", "id") == [(1,), (2,), (3,)]
+    assert io_manager.committed_state(dg.AssetKey("copy")).state["upstream"] == before
+
+    assert run([copy], instance, io_manager, full_refresh=("copy",)).success
+    source[:] = [{"id": 9, "seq": 9}]
+    assert run([orders], instance, io_manager, full_refresh=("orders",)).success  # version 0's files leave the table
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM {upstream_table.sql} RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    vacuumed = run([copy], instance, io_manager)
+    assert not vacuumed.success
+    assert "VACUUM deleted data files" in failure_text(vacuumed)
+    assert table(spark, io_manager, "copy", "id") == [(7,), (8,)]

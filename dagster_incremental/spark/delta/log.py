@@ -52,7 +52,7 @@ class DeltaLog:
 
     def commit(self, version: int) -> Commit | None:
         """The commit information of `version` (None: its file is gone)."""
-        actions = self._actions(version)
+        actions = self.actions(version)
         if actions is None:
             return None
         return _commit(version, next((a["commitInfo"] for a in actions if "commitInfo" in a), {}))
@@ -62,7 +62,7 @@ class DeltaLog:
         from the newest commit file that has one, else from the newest checkpoint."""
         versions = self.versions()
         for version in reversed(versions):
-            for action in self._actions(version) or ():
+            for action in self.actions(version) or ():
                 txn = action.get("txn")
                 if txn is not None and txn.get("appId") == app_id:
                     return int(txn["version"])
@@ -84,20 +84,42 @@ class DeltaLog:
 
     def row_count(self, version: int) -> int | None:
         """Live rows at `version`, from the files' own statistics (Delta records each data file's
-        row count when it adds it): the newest checkpoint at or before it, then the commits
-        after. None when a live file has no row count (then only a scan can tell)."""
+        row count when it adds it). None when a live file has no row count (then only a scan
+        can tell), or the log no longer reaches `version`."""
+        live = self.live_files(version)
+        counts = [_live_rows(add) for add in live.values()] if live is not None else [None]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def live_files(self, version: int) -> dict[str, dict[str, Any]] | None:
+        """{path: add action} of the data files live at `version`: the newest checkpoint at or
+        before it, then the commits after (None: a commit file was cleaned without a checkpoint
+        covering it)."""
         live, start = self._checkpoint_files(version)
         for v in range(start, version + 1):
-            actions = self._actions(v)
+            actions = self.actions(v)
             if actions is None:
-                return None  # a commit file was cleaned without a checkpoint covering it
+                return None
             for action in actions:
                 if "add" in action:
-                    live[action["add"]["path"]] = _live_rows(action["add"])
+                    live[action["add"]["path"]] = action["add"]
                 elif "remove" in action:
                     live.pop(action["remove"]["path"], None)
-        counts = list(live.values())
-        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+        return live
+
+    def table_id(self) -> str | None:
+        """The table's identity (its metaData id, new when the table is created again at the
+        same place), from the first commit still in the log or the newest checkpoint."""
+        import pyarrow.parquet as pq
+
+        for version in self.versions():
+            found = next((a["metaData"].get("id") for a in self.actions(version) or () if "metaData" in a), None)
+            if found is not None:
+                return str(found)
+        checkpoints = sorted(self.folder.glob("*.checkpoint.parquet"))
+        if not checkpoints:
+            return None
+        metadata = [m for m in pq.read_table(checkpoints[-1], columns=["metaData"]).column("metaData").to_pylist() if m]
+        return str(metadata[0]["id"]) if metadata else None
 
     def schema(self, version: int) -> tuple[tuple[str, str], ...] | None:
         """(column, Spark type) of the table at `version`, from its newest metaData action (None:
@@ -105,7 +127,7 @@ class DeltaLog:
         from pyspark.sql.types import StructType  # the type classes only: no JVM
 
         for v in range(version, -1, -1):
-            actions = self._actions(v)
+            actions = self.actions(v)
             if actions is None:
                 return None
             found = next((a["metaData"]["schemaString"] for a in actions if "metaData" in a), None)
@@ -114,8 +136,8 @@ class DeltaLog:
                 return tuple((f.name, f.dataType.simpleString()) for f in fields)
         return None
 
-    def _checkpoint_files(self, version: int) -> tuple[dict[str, int | None], int]:
-        """({file: live rows} of the newest single-file checkpoint at or before `version`, the
+    def _checkpoint_files(self, version: int) -> tuple[dict[str, dict[str, Any]], int]:
+        """({file: add action} of the newest single-file checkpoint at or before `version`, the
         first version after it); ({}, 0) without one."""
         import pyarrow.parquet as pq
 
@@ -123,9 +145,9 @@ class DeltaLog:
         if not found:
             return {}, 0
         adds = pq.read_table(found[-1], columns=["add"]).column("add").to_pylist()
-        return {a["path"]: _live_rows(a) for a in adds if a}, int(found[-1].name[:20]) + 1
+        return {a["path"]: a for a in adds if a}, int(found[-1].name[:20]) + 1
 
-    def _actions(self, version: int) -> list[dict[str, Any]] | None:
+    def actions(self, version: int) -> list[dict[str, Any]] | None:
         try:
             text = (self.folder / f"{version:020d}.json").read_text()
         except FileNotFoundError:

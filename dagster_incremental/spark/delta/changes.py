@@ -1,0 +1,154 @@
+"""The rows a Delta upstream changed between two of its versions, as `spark/changes.py` reads
+them for Iceberg: every row with `_change_type`, "INSERT" or "DELETE".
+
+Delta writes copy-on-write here (no deletion vectors): every change adds and removes whole data
+files, and the log lists the files live at each version. So the change between two versions is
+the rows of the files live at the end but not at the start (INSERTs) and of the files live at
+the start but not at the end (DELETEs), netted as for Iceberg (a row only rewritten, by OPTIMIZE
+or a MERGE's copy of untouched rows, is on both sides and drops out). That holds across any
+commit in between, a RESTORE or an overwrite too: the two versions' files tell the whole change.
+It needs the same table (its id: a table created again at the same place is another) and the
+start version's files still on disk (VACUUM deletes them a week after they left the table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
+from dagster_incremental.errors import DataShapeError, UpstreamRewritten
+from dagster_incremental.spark.delta.log import DeltaLog
+from dagster_incremental.spark.table_ref import TableRef
+
+_NO_ROW_CHANGE = "replace"  # Iceberg's word for a commit that rewrites files, rows unchanged
+
+
+def snapshot_history(table: TableRef) -> tuple[list[Snapshot], int | None]:
+    """The table's versions (each the parent of the next) and its current one; no Spark job."""
+    log = _log(table)
+    versions = log.versions()
+    history = [Snapshot(v, v - 1 if v > 0 else None, _operation(log, v)) for v in versions]
+    return history, (versions[-1] if versions else None)
+
+
+def table_id(table: TableRef) -> str | None:
+    return _log(table).table_id()
+
+
+def rows_written(table: TableRef, commits: Sequence[int], above: int) -> int:
+    """Rows in the data files `commits` added and removed (by the files' statistics), counted
+    until the sum passes `above`; a file without a count is past any bound."""
+    log, total = _log(table), 0
+    for version in commits:
+        for action in log.actions(version) or [{"remove": {}}]:
+            entry = action.get("add") or action.get("remove")
+            if entry is None:
+                continue
+            rows = _file_rows(entry)
+            if rows is None:
+                return above + 1
+            total += rows
+            if total > above:
+                return total
+    return total
+
+
+def table_at(spark, table: TableRef, version: int | None):
+    """The table as of `version` (None: the current one), lazy."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", int(version))
+    return reader.load(table.location)
+
+
+def read_changes(spark, table: TableRef, read: UpstreamRead, net: Any):
+    """The rows `read` covers, with `_change_type`; `net(inserted, gone)` nets the two sides
+    (shared with Iceberg's change read)."""
+    from pyspark.sql import functions as F
+
+    from dagster_incremental.spark.changes import CHANGE_TYPE, INSERT
+
+    end = table_at(spark, table, read.end)
+    if read.kind == "none":
+        return end.limit(0).withColumn(CHANGE_TYPE, F.lit(INSERT))
+    if read.kind == "full":
+        return end.withColumn(CHANGE_TYPE, F.lit(INSERT))
+    added, removed = _changed_files(table, read)
+    inserted = _rows_of_files(end, added)
+    if not removed:
+        return inserted.withColumn(CHANGE_TYPE, F.lit(INSERT))
+    gone = _rows_of_files(table_at(spark, table, read.start), removed)
+    return net(inserted, gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c)
+                                       for c in end.columns]))
+
+
+def _changed_files(table: TableRef, read: UpstreamRead) -> tuple[list[str], list[str]]:
+    """(files live at the end only, files live at the start only), by name."""
+    log = _log(table)
+    start, end = log.live_files(int(read.start)), log.live_files(int(read.end))
+    if start is None or end is None:
+        raise _rewritten(table, read.start, "its log no longer reaches that version")
+    if any(add.get("deletionVector") for add in (*start.values(), *end.values())):
+        raise DataShapeError(
+            f"table {table.display} has deletion vectors (another writer enabled them); its changes "
+            "can't be read incrementally yet. Run a full refresh of the downstream asset, or disable "
+            "`delta.enableDeletionVectors` on the upstream and rewrite it (REORG TABLE ... APPLY (PURGE))."
+        )
+    removed = [path for path in start if path not in end]
+    folder = Path(str(table.location).removeprefix("file:"))
+    if any(not (folder / _decoded(path)).exists() for path in removed):
+        raise _rewritten(table, read.start, "VACUUM deleted data files of that version")
+    return [path for path in end if path not in start], removed
+
+
+def _rows_of_files(frame, paths: Sequence[str]):
+    """The rows of `frame` read from data files `paths` (matched on the file name: Delta names
+    each data file with a random UUID)."""
+    from pyspark.sql import functions as F
+
+    if not paths:
+        return frame.limit(0)
+    names = sorted({_decoded(p).rsplit("/", 1)[-1] for p in paths})
+    name = F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1)
+    return frame.where(name.isin(names))
+
+
+def _operation(log: DeltaLog, version: int) -> str:
+    """A commit in Iceberg's terms: "append" when it only added rows, "replace" when it added
+    and removed no rows (OPTIMIZE, a schema change), else "overwrite"."""
+    actions = log.actions(version) or []
+    files = [(kind, a[kind]) for a in actions for kind in ("add", "remove") if kind in a]
+    changing = [(kind, f) for kind, f in files if f.get("dataChange", True)]
+    if not changing:
+        return _NO_ROW_CHANGE
+    return "append" if all(kind == "add" for kind, _ in changing) else "overwrite"
+
+
+def _file_rows(entry: dict[str, Any]) -> int | None:
+    import json
+
+    stats = entry.get("stats")
+    rows = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    return int(rows) if rows is not None else None
+
+
+def _decoded(path: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(path)
+
+
+def _rewritten(table: TableRef, version: int | None, why: str) -> UpstreamRewritten:
+    return UpstreamRewritten(
+        f"upstream table {table.display}: the changes since version {version} (the one this asset read up "
+        f"to) can't be read: {why}. Nothing was written. Run a full refresh of this asset to recompute it "
+        "from the whole upstream table.",
+        upstream=table.display, snapshot_id=version,
+    )
+
+
+def _log(table: TableRef) -> DeltaLog:
+    assert table.location is not None, f"{table.display} is not a Delta table at a path"
+    return DeltaLog(table.location)
