@@ -29,6 +29,12 @@ HADOOP_ONLY = pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
 # of the upstream's snapshots, tenant-scoped cursors, the model-based sequences): the local
 # Hadoop catalog and the REST catalog over S3.
 LOCAL_AND_LAKE = pytest.mark.parametrize("catalog", ["hadoop", "rest"], indirect=True)
+# The same with Delta beside them (the tenant-scoped cursors and replaces, the model-based
+# sequences of one partitioned asset).
+LOCAL_LAKE_AND_DELTA = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta"], indirect=True)
+# For a write whose statement the two formats share but whose commit differs (delete_missing's
+# MERGE, a tenant's scoped replace, the range edges, an empty batch): one catalog of each format.
+EACH_FORMAT = pytest.mark.parametrize("catalog", ["hadoop", "delta"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
 # itself (a Hadoop folder, a REST catalog's answer, a Delta table's commit log; a JDBC
 # catalog's only Spark reads).

@@ -48,12 +48,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from attack_support import DISPOSITIONS, materialize
-from catalogs import HADOOP_ONLY
+from catalogs import HADOOP_ONLY, LOCAL_LAKE_AND_DELTA
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 
-# The fixed sequences' catalogs: the local Hadoop one, the REST one over S3, and Delta tables.
-LOCAL_LAKE_AND_DELTA = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta"], indirect=True)
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
 from dagster_incremental.spark.write_spec import SCOPE_PROPERTY, STATE_PROPERTY

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 
 from attack_support import failure_text, materialize
-from catalogs import HADOOP_ONLY
+from catalogs import EACH_FORMAT, HADOOP_ONLY, assert_other_readers_agree
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
 
-pytestmark = [pytest.mark.spark, HADOOP_ONLY]
+pytestmark = pytest.mark.spark
 
 TRACKED = {"disposition": "merge", "strategy": "upsert", "delete_missing": True}
 
@@ -39,8 +39,10 @@ def tracked_asset(name: str, source: list[dict], config_file: str, as_arrow: boo
                              **options)(body)
 
 
-@pytest.mark.parametrize("as_arrow", [False, True], ids=["dicts", "arrow"])
-def test_rows_the_extract_no_longer_has_are_deleted_and_counted(spark, instance, io_manager, config_file, as_arrow):
+# how the batch arrives is staging, one path for both formats: Arrow on the Hadoop catalog only
+@pytest.mark.parametrize("catalog, as_arrow", [("hadoop", False), ("hadoop", True), ("delta", False)],
+                         indirect=["catalog"], ids=["dicts-hadoop", "arrow-hadoop", "dicts-delta"])
+def test_rows_the_extract_no_longer_has_are_deleted_and_counted(spark, catalog, instance, io_manager, config_file, as_arrow):
     source = [{"id": 1, "amount": 10}, {"id": 2, "amount": 20}, {"id": 3, "amount": 30}]
     asset = tracked_asset("tracked_orders", source, config_file, as_arrow=as_arrow)
     assert counts(materialize(asset, instance, io_manager)) == (3, 0, 0, 3)
@@ -54,8 +56,10 @@ def test_rows_the_extract_no_longer_has_are_deleted_and_counted(spark, instance,
     source[:] = [{"id": 4, "amount": 41}]
     assert counts(materialize(asset, instance, io_manager)) == (0, 1, 2, 1)
     assert rows_of(spark, io_manager, "tracked_orders") == [(4, 41)]
+    assert_other_readers_agree(catalog, spark, io_manager.table_name(dg.AssetKey("tracked_orders")))
 
 
+@EACH_FORMAT
 def test_a_tombstone_and_a_missing_row_are_both_deleted(spark, instance, io_manager, config_file):
     source = [{"id": 1, "amount": 10, "gone": False}, {"id": 2, "amount": 20, "gone": False},
               {"id": 3, "amount": 30, "gone": False}]
@@ -68,6 +72,7 @@ def test_a_tombstone_and_a_missing_row_are_both_deleted(spark, instance, io_mana
     assert counts(result) == (0, 1, 2, 1)
 
 
+@EACH_FORMAT
 def test_an_empty_extract_deletes_nothing(spark, instance, io_manager, config_file):
     source = [{"id": 1, "amount": 10}, {"id": 2, "amount": 20}]
     asset = tracked_asset("tracked_empty", source, config_file, as_arrow=True)
@@ -83,6 +88,7 @@ def test_an_empty_extract_deletes_nothing(spark, instance, io_manager, config_fi
     assert rows_of(spark, io_manager, "tracked_empty") == []
 
 
+@HADOOP_ONLY
 def test_a_partial_batch_is_refused_when_the_asset_is_defined(config_file):
     with pytest.raises(IncrementalConfigError, match=r"asset 'with_cursor'.*incremental argument 'updated'.*full extract"):
         @incremental_asset(primary_key="id", write_disposition=TRACKED, config_path=config_file)
@@ -96,6 +102,7 @@ def test_a_partial_batch_is_refused_when_the_asset_is_defined(config_file):
             return []
 
 
+@HADOOP_ONLY
 def test_delete_missing_on_another_strategy_names_the_file_section_and_key(tmp_path, config_file):
     path = tmp_path / "config.toml"
     path.write_text(open(config_file).read() + '\n[assets.mirror]\nwrite_disposition = { disposition = "merge", '

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, SparkTableIOManager, build_incremental_sensor, incremental, incremental_asset
 from dagster_incremental.errors import IncrementalConfigError
-from attack_support import failure_text
-from catalogs import HADOOP_ONLY, LOCAL_AND_LAKE
+from attack_support import failure_text, table_exists
+from catalogs import EACH_FORMAT, HADOOP_ONLY, LOCAL_LAKE_AND_DELTA, assert_other_readers_agree
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 TENANTS = dg.StaticPartitionsDefinition(["acme", "globex"])
@@ -225,7 +225,7 @@ class Source:
         return [r for r in self.orders[tenant] if run.end_value is None or r["updated_at"] < run.end_value]
 
 
-@HADOOP_ONLY
+@EACH_FORMAT
 def test_each_tenant_keeps_its_own_cursor_and_a_run_of_one_leaves_the_other_alone(spark, instance, io_manager, config_file):
     source = Source()
 
@@ -256,8 +256,8 @@ def test_each_tenant_keeps_its_own_cursor_and_a_run_of_one_leaves_the_other_alon
     assert source.starts[-1] == ("globex", at(5))
 
 
-@HADOOP_ONLY
-def test_backfill_and_full_refresh_of_one_tenant_replace_only_its_rows(spark, instance, io_manager, config_file):
+@EACH_FORMAT
+def test_backfill_and_full_refresh_of_one_tenant_replace_only_its_rows(spark, catalog, instance, io_manager, config_file):
     source = Source()
 
     @incremental_asset(partitions_def=TENANTS, partition_column="tenant", config_path=config_file)
@@ -280,12 +280,13 @@ def test_backfill_and_full_refresh_of_one_tenant_replace_only_its_rows(spark, in
     refresh = run(orders_b, instance, io_manager, "acme", {"full_refresh": True})
     assert metadata(refresh, "acme")[STATE].value["last_value"] == iso(2)
     assert rows(spark, io_manager, "orders_b") == [("acme", 7, 7), ("globex", 1, 101), ("globex", 2, 102)]
+    assert_other_readers_agree(catalog, spark, io_manager.table_name(dg.AssetKey("orders_b")))
     nxt = run(orders_b, instance, io_manager, "globex")
     assert metadata(nxt, "globex")[STATE].value["last_value"] == live["last_value"]
     assert source.starts[-1] == ("globex", at(5))
 
 
-@HADOOP_ONLY
+@EACH_FORMAT
 def test_a_row_of_another_tenant_fails_the_run_and_writes_nothing(spark, instance, io_manager, config_file):
     source = Source()
 
@@ -297,10 +298,10 @@ def test_a_row_of_another_tenant_fails_the_run_and_writes_nothing(spark, instanc
     assert not result.success
     text = failure_text(result)
     assert "asset orders_x: a run of partition 'acme' got a row whose 'tenant' is 'globex'" in text
-    assert not spark.catalog.tableExists(io_manager.table_name(dg.AssetKey("orders_x")).sql)
+    assert not table_exists(spark, io_manager, "orders_x")
 
 
-@LOCAL_AND_LAKE
+@LOCAL_LAKE_AND_DELTA
 def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backfills_one_tenant(spark, instance, io_manager, config_file):
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     yesterday = today - timedelta(days=1)
@@ -346,7 +347,7 @@ def test_tenant_by_day_open_days_keep_each_tenants_cursor_and_a_closed_day_backf
     assert seen[-1][0] == "acme" and seen[-1][1] == today + timedelta(hours=2)
 
 
-@HADOOP_ONLY
+@EACH_FORMAT
 def test_a_replace_asset_replaces_only_the_tenants_rows_and_a_spark_frame_is_checked_too(spark, instance, io_manager, config_file):
     source = Source()
     extra: list[dict] = []
