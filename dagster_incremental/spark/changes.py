@@ -106,14 +106,15 @@ def read_changes(spark, table: TableRef, read: UpstreamRead):
     """The rows `read` covers, with `_change_type` (see the module docstring)."""
     from pyspark.sql import functions as F
 
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
-
-        return delta.read_changes(spark, table, read, net_rows)
     if read.kind == "none":
         return _empty(spark, table, read.end)
     if read.kind == "full":
         return _at(spark, table, read.end).withColumn(CHANGE_TYPE, F.lit(INSERT))
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        inserted, gone = delta.changed_rows(spark, table, read)
+        return inserted.withColumn(CHANGE_TYPE, F.lit(INSERT)) if gone is None else net_rows(inserted, gone)
     if read.kind == "append":
         frame = (
             spark.read.format("iceberg")
@@ -158,7 +159,7 @@ def _at(spark, table: TableRef, snapshot_id: int | None):
 def _empty(spark, table: TableRef, snapshot_id: int | None):
     from pyspark.sql import functions as F
 
-    if snapshot_id is None and not spark.catalog.tableExists(table.sql):
+    if snapshot_id is None and table.location is None and not spark.catalog.tableExists(table.sql):
         raise ValueError(f"table {table.display} does not exist")
     return _at(spark, table, snapshot_id).limit(0).withColumn(CHANGE_TYPE, F.lit(INSERT))
 

@@ -4,12 +4,16 @@ run on Delta through the `delta` catalog kind (tests/catalogs.py)."""
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
@@ -113,3 +117,60 @@ def test_delta_on_object_storage_is_refused_naming_both_keys():
 
     with pytest.raises(IncrementalConfigError, match=r'warehouse = "s3://bucket/lake" with format = "delta".*Use a folder'):
         DeltaTables(dict, "s3://bucket/lake")
+
+
+# -- Changes of a Delta upstream: any history, read in any steps, nets to the table's rows ------
+
+UPSTREAM_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("upsert"), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=3)),
+        st.tuples(st.just("delete"), st.integers(0, 5)),
+        st.tuples(st.just("optimize"), st.none()),
+        st.tuples(st.just("restore"), st.integers(0, 99)),
+        st.tuples(st.just("overwrite"), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), max_size=3)),
+        st.tuples(st.just("read"), st.none()),
+    ),
+    min_size=2, max_size=6,
+)
+
+
+@settings(max_examples=int(os.environ.get("DI_PROPERTY_EXAMPLES", "4")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=UPSTREAM_OPS)
+def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spark_warehouse, ops):
+    """A downstream that applies each read's DELETEs and INSERTs to its copy holds exactly the
+    upstream's rows at the version it read up to, whatever the upstream did in between
+    (MERGE, DELETE, OPTIMIZE, RESTORE, overwrite) and wherever the reads fall."""
+    from dagster_incremental.cursor.upstream import plan_read
+    from dagster_incremental.spark.changes import read_changes, snapshot_history
+
+    name = "c_" + uuid.uuid4().hex[:8]
+    table = TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")
+    spark.createDataFrame([(0, 0)], "id bigint, amount bigint").write.format("delta").save(table.location)
+    copy: Counter = Counter()
+    cursor = None
+    for op, arg in [*ops, ("read", None)]:
+        if op in ("upsert", "overwrite"):
+            batch = spark.createDataFrame(list(dict(arg or []).items()) if op == "upsert" else list(arg), "id bigint, amount bigint")
+            if op == "overwrite":
+                batch.write.format("delta").mode("overwrite").save(table.location)
+            else:
+                batch.createOrReplaceTempView("batch")
+                spark.sql(f"MERGE INTO {table.sql} t USING batch s ON t.id = s.id "
+                          "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        elif op == "delete":
+            spark.sql(f"DELETE FROM {table.sql} WHERE id = {arg}")
+        elif op == "optimize":
+            spark.sql(f"OPTIMIZE {table.sql}")
+        elif op == "restore":
+            versions = DeltaLog(table.location).versions()
+            spark.sql(f"RESTORE TABLE {table.sql} TO VERSION AS OF {versions[arg % len(versions)]}")
+        else:
+            history, current = snapshot_history(spark, table)
+            read = plan_read(table.display, history, current, cursor)
+            for row in read_changes(spark, table, read).collect():
+                copy[(row["id"], row["amount"])] += 1 if row["_change_type"] == "INSERT" else -1
+            copy = +copy
+            cursor = current
+            at = spark.read.format("delta").option("versionAsOf", current).load(table.location)
+            assert copy == Counter((r["id"], r["amount"]) for r in at.collect()), f"after {ops}"

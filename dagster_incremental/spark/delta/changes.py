@@ -1,5 +1,5 @@
-"""The rows a Delta upstream changed between two of its versions, as `spark/changes.py` reads
-them for Iceberg: every row with `_change_type`, "INSERT" or "DELETE".
+"""What a Delta upstream changed between two of its versions, for `spark/changes.py`'s change
+read (which marks and nets the rows as it does for Iceberg).
 
 Delta writes copy-on-write here (no deletion vectors): every change adds and removes whole data
 files, and the log lists the files live at each version. So the change between two versions is
@@ -63,31 +63,25 @@ def table_at(spark, table: TableRef, version: int | None):
     return reader.load(table.location)
 
 
-def read_changes(spark, table: TableRef, read: UpstreamRead, net: Any):
-    """The rows `read` covers, with `_change_type`; `net(inserted, gone)` nets the two sides
-    (shared with Iceberg's change read)."""
+def changed_rows(spark, table: TableRef, read: UpstreamRead):
+    """(rows of the files live at `read.end` only, rows of the files live at `read.start` only
+    in the end's columns, or None when no file left): the two sides the change read nets."""
     from pyspark.sql import functions as F
 
-    from dagster_incremental.spark.changes import CHANGE_TYPE, INSERT
-
     end = table_at(spark, table, read.end)
-    if read.kind == "none":
-        return end.limit(0).withColumn(CHANGE_TYPE, F.lit(INSERT))
-    if read.kind == "full":
-        return end.withColumn(CHANGE_TYPE, F.lit(INSERT))
     added, removed = _changed_files(table, read)
-    inserted = _rows_of_files(end, added)
     if not removed:
-        return inserted.withColumn(CHANGE_TYPE, F.lit(INSERT))
+        return _rows_of_files(end, added), None
     gone = _rows_of_files(table_at(spark, table, read.start), removed)
-    return net(inserted, gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c)
-                                       for c in end.columns]))
+    aligned = [F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in end.columns]
+    return _rows_of_files(end, added), gone.select(*aligned)
 
 
 def _changed_files(table: TableRef, read: UpstreamRead) -> tuple[list[str], list[str]]:
     """(files live at the end only, files live at the start only), by name."""
     log = _log(table)
-    start, end = log.live_files(int(read.start)), log.live_files(int(read.end))
+    assert read.start is not None and read.end is not None, "a change read runs between two versions"
+    start, end = log.live_files(read.start), log.live_files(read.end)
     if start is None or end is None:
         raise _rewritten(table, read.start, "its log no longer reaches that version")
     if any(add.get("deletionVector") for add in (*start.values(), *end.values())):
