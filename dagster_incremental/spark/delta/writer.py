@@ -34,8 +34,9 @@ from dagster_incremental.spark.writer import fitted_batch, prepared_batch, pruna
 
 CREATOR_WAIT_S = 30.0  # how long a run waits for another run's first commit of a new table
 # How Delta says a path was taken by another creator, depending on how far its commit had got.
+# (NON_EMPTY_LOCATION: the other creator's data files are in the folder, its first commit not yet.)
 _CREATION_RACE = ("ALREADY_EXISTS", "already exists", "DELTA_TABLE_NOT_FOUND", "ProtocolChangedException",
-                  "ConcurrentWriteException", "FileAlreadyExistsException")
+                  "ConcurrentWriteException", "FileAlreadyExistsException", "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION")
 
 
 def _lost_creation_race(error: BaseException) -> bool:
