@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError, UpstreamRewritten
-from dagster_incremental.spark.delta.log import DeltaLog
+from dagster_incremental.spark.delta.log import DeltaLog, file_rows
 from dagster_incremental.spark.table_ref import TableRef
 
 _NO_ROW_CHANGE = "replace"  # Iceberg's word for a commit that rewrites files, rows unchanged
@@ -46,7 +45,7 @@ def rows_written(table: TableRef, commits: Sequence[int], above: int) -> int:
             entry = action.get("add") or action.get("remove")
             if entry is None:
                 continue
-            rows = _file_rows(entry)
+            rows = file_rows(entry)
             if rows is None:
                 return above + 1
             total += rows
@@ -118,14 +117,6 @@ def _operation(log: DeltaLog, version: int) -> str:
     if not changing:
         return _NO_ROW_CHANGE
     return "append" if all(kind == "add" for kind, _ in changing) else "overwrite"
-
-
-def _file_rows(entry: dict[str, Any]) -> int | None:
-    import json
-
-    stats = entry.get("stats")
-    rows = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
-    return int(rows) if rows is not None else None
 
 
 def _decoded(path: str) -> str:

@@ -189,14 +189,20 @@ def _commit(version: int, info: dict[str, Any]) -> Commit:
     )
 
 
+def file_rows(entry: dict[str, Any]) -> int | None:
+    """The rows a data file's add or remove action records in its statistics (None: none)."""
+    stats = entry.get("stats")
+    rows = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    return int(rows) if rows is not None else None
+
+
 def _live_rows(add: dict[str, Any]) -> int | None:
     """A data file's live rows: its recorded count less its deletion vector's (None: no count)."""
-    stats = add.get("stats")
-    rows = json.loads(stats).get("numRecords") if isinstance(stats, str) and stats else None
+    rows = file_rows(add)
     if rows is None:
         return None
     vector = add.get("deletionVector") or {}
-    return int(rows) - int(vector.get("cardinality") or 0)
+    return rows - int(vector.get("cardinality") or 0)
 
 
 def _properties(user_metadata: Any) -> dict[str, str]:
