@@ -4,7 +4,9 @@
   warehouse in a bucket of the S3 server the tests start (SeaweedFS, tests/s3_server.py);
 - `rest`: that S3 server's own Iceberg REST catalog, its tables in the server's table bucket;
 - `delta`: Delta Lake tables (`format = "delta"`) in folders of the local disk, read back by
-  delta-rs as well.
+  delta-rs as well;
+- `delta-s3`: Delta Lake tables in a bucket of that S3 server, written through Hadoop's S3A,
+  each write under the table's commit lease.
 Spark writes S3 through Iceberg's S3FileIO, whose AWS SDK comes from the AWS bundle jar of the
 runtime jar's Iceberg version (tests/maven_jars.py); the S3 keys reach it, pyarrow and pyiceberg
 through the AWS SDKs' own variables (`s3_identity_env`), the REST catalog's credential as a secret."""
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-CATALOG_KINDS = ("hadoop", "jdbc", "rest", "delta")
+CATALOG_KINDS = ("hadoop", "jdbc", "rest", "delta", "delta-s3")
 # For a test whose subject does not depend on the catalog (planning, counting, metadata): the
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
 # runs) run on every kind.
@@ -36,9 +38,9 @@ LOCAL_LAKE_AND_DELTA = pytest.mark.parametrize("catalog", ["hadoop", "rest", "de
 # MERGE, a tenant's scoped replace, the range edges, an empty batch): one catalog of each format.
 EACH_FORMAT = pytest.mark.parametrize("catalog", ["hadoop", "delta"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
-# itself (a Hadoop folder, a REST catalog's answer, a Delta table's commit log; a JDBC
-# catalog's only Spark reads).
-WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta"], indirect=True)
+# itself (a Hadoop folder, a REST catalog's answer, a Delta table's commit log on a disk or on S3;
+# a JDBC catalog's only Spark reads).
+WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta", "delta-s3"], indirect=True)
 # For what only Iceberg has (merge-on-read delete files and their compaction, snapshot ids):
 # every Iceberg catalog, not Delta.
 ICEBERG_ONLY = pytest.mark.parametrize("catalog", ["hadoop", "jdbc", "rest"], indirect=True)
@@ -120,6 +122,14 @@ class Catalog:
 
         return SqlCatalog(self.name, uri=self.server.sqlalchemy_uri, warehouse=self.warehouse, **s3)
 
+    def delta_rs_options(self) -> dict[str, str]:
+        """delta-rs's storage options for this catalog's tables ({}: a local folder)."""
+        if self.s3 is None:
+            return {}
+        return {"AWS_ENDPOINT_URL": self.s3.s3_endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": self.s3.region,
+                "AWS_ACCESS_KEY_ID": self.s3.access_key_id, "AWS_SECRET_ACCESS_KEY": self.s3.secret_access_key,
+                "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+
     def files_under(self, location: str) -> set[str]:
         """Every file under `location` (a table's folder or prefix): listed from the disk or the
         bucket itself, not from any table metadata (`plain` paths: s3://... or /...)."""
@@ -131,8 +141,9 @@ class Catalog:
         s3 = fs.S3FileSystem(endpoint_override=self.s3.s3_endpoint.removeprefix("http://"), scheme="http",
                              access_key=self.s3.access_key_id, secret_key=self.s3.secret_access_key,
                              region=self.s3.region, force_virtual_addressing=False)
-        selector = fs.FileSelector(location.removeprefix("s3://"), recursive=True, allow_not_found=True)
-        return {"s3://" + f.path for f in s3.get_file_info(selector) if f.type == fs.FileType.File}
+        scheme, path = location.split("://", 1)
+        selector = fs.FileSelector(path, recursive=True, allow_not_found=True)
+        return {f"{scheme}://{f.path}" for f in s3.get_file_info(selector) if f.type == fs.FileType.File}
 
 
 def plain(location: str) -> str:
@@ -168,6 +179,15 @@ def hadoop_catalog(warehouse: str) -> Catalog:
 def delta_catalog(warehouse: str) -> Catalog:
     """Delta tables at <warehouse>/delta/<namespace>/<table>, on the local disk."""
     return Catalog(kind="delta", name="lake", warehouse=f"{warehouse}/delta", table_format="delta")
+
+
+def delta_s3_catalog(s3: Any, jars: list[str]) -> Catalog:
+    """Delta tables at s3a://<bucket>/delta/<namespace>/<table> on the tests' S3 server, through
+    S3A (`spark.hadoop.fs.s3a.*`, path-style; the keys come from the AWS_* variables)."""
+    conf = {"spark.hadoop.fs.s3a.endpoint": s3.s3_endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.endpoint.region": s3.region, "spark.jars": ",".join(jars)}
+    return Catalog(kind="delta-s3", name="lake", warehouse=s3.bucket.replace("s3://", "s3a://") + "/delta", spark_config=conf, s3=s3,
+                   table_format="delta")
 
 
 def s3_file_io(catalog: str, s3: Any) -> dict[str, str]:
@@ -220,8 +240,8 @@ def assert_other_readers_agree(catalog: Catalog, spark: Any, table: Any) -> None
     (`deltalake`, no JVM) the same way: its rows, and the cursor in its commit history."""
     from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
-    if catalog.kind == "delta":
-        assert_delta_rs_agrees(spark, table)
+    if catalog.table_format == "delta":
+        assert_delta_rs_agrees(spark, table, catalog.delta_rs_options())
         return
     if catalog.kind not in ("jdbc", "rest"):
         return
@@ -239,7 +259,7 @@ def assert_other_readers_agree(catalog: Catalog, spark: Any, table: Any) -> None
     assert current.summary.additional_properties.get(STATE_PROPERTY) == spark_summary.get(STATE_PROPERTY)
 
 
-def assert_delta_rs_agrees(spark: Any, table: Any) -> None:
+def assert_delta_rs_agrees(spark: Any, table: Any, storage_options: Mapping[str, str] | None = None) -> None:
     """delta-rs reads the Delta table Spark wrote: the same rows, and the newest cursor Spark's
     history shows is in delta-rs's history of the same version."""
     from deltalake import DeltaTable
@@ -248,7 +268,7 @@ def assert_delta_rs_agrees(spark: Any, table: Any) -> None:
 
     frame = spark.table(table.sql)
     expected = sorted((tuple(r) for r in frame.collect()), key=repr)
-    read = DeltaTable(table.location)
+    read = DeltaTable(table.location, storage_options=dict(storage_options or {}))
     arrow = read.to_pyarrow_table(columns=frame.columns)
     got = sorted((tuple(map(_naive, r)) for r in zip(*(arrow.column(c).to_pylist() for c in frame.columns))), key=repr)
     assert got == expected, f"delta-rs reads {len(got)} rows of {table.display}, Spark {len(expected)}"

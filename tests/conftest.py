@@ -44,13 +44,14 @@ def spark_warehouse():
 def session_jars() -> list[str]:
     """The shared session's jars: the Iceberg runtime and AWS bundle of one version from the
     local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
-    catalogs' tests fail saying how to fetch them), Delta's two jars, then the JDBC catalog's
-    driver."""
+    catalogs' tests fail saying how to fetch them), Delta's two jars with S3A's two, then the JDBC
+    catalog's driver."""
     from dagster_incremental.spark.session import iceberg_runtime_jar
     from maven_jars import delta_jars, s3_jars
     from postgres_server import driver_jar
 
-    return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars() or []) + ([driver_jar()] if driver_jar() else [])
+    return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars(on_s3=True) or delta_jars() or []) + (
+        [driver_jar()] if driver_jar() else [])
 
 
 @pytest.fixture(scope="session")
@@ -133,6 +134,19 @@ def jdbc_catalog(postgres, s3, s3_jars):
     return jdbc_catalog(postgres, s3, [*s3_jars, driver_jar()])
 
 
+@pytest.fixture(scope="session")
+def delta_s3_catalog(s3):
+    """Delta tables on the S3 server (tests/catalogs.py)."""
+    from catalogs import delta_s3_catalog
+    from maven_jars import delta_jars
+
+    jars = delta_jars(on_s3=True)
+    if jars is None:
+        pytest.fail("Delta's and S3A's jars are not in the local Maven repository: run `python3 tests/maven_jars.py` "
+                    "and `mvn dependency:get -Dartifact=<each>`", pytrace=False)
+    return delta_s3_catalog(s3, jars)
+
+
 @pytest.fixture(scope="session", params=CATALOG_KINDS)
 def catalog(request, spark, spark_warehouse):
     """Each Iceberg catalog kind the suites run against (tests/catalogs.py), known to `spark`:
@@ -143,11 +157,13 @@ def catalog(request, spark, spark_warehouse):
         return hadoop_catalog(spark_warehouse)
     if request.param == "delta":
         return delta_catalog(spark_warehouse)
-    found = request.getfixturevalue(f"{request.param}_catalog")
+    found = request.getfixturevalue(f"{request.param.replace('-', '_')}_catalog")
     os.environ.update(found.environment())
     for key, value in {**found.spark_config, **found.secrets}.items():
         if key != "spark.jars":
             spark.conf.set(key, value)
+        if key.startswith("spark.hadoop."):  # a running session's filesystems read the bare key
+            spark.conf.set(key.removeprefix("spark.hadoop."), value)
     return found
 
 

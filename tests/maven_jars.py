@@ -35,15 +35,16 @@ def s3_jars() -> list[str] | None:
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
 
 
-def delta_jars() -> list[str] | None:
-    """Delta's two jars (the library's own coordinates), or None if not fetched."""
-    from dagster_incremental.spark.session import DELTA_ARTIFACTS
+def delta_jars(on_s3: bool = False) -> list[str] | None:
+    """Delta's two jars (the library's own coordinates), with S3A's two for tables on S3, or
+    None if not fetched."""
+    from dagster_incremental.spark.session import DELTA_ARTIFACTS, DELTA_S3_ARTIFACTS
 
-    paths = [jar_path(*coordinates) for coordinates in DELTA_ARTIFACTS]
+    paths = [jar_path(*coordinates) for coordinates in DELTA_ARTIFACTS + (DELTA_S3_ARTIFACTS if on_s3 else ())]
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
 
 
 if __name__ == "__main__":
-    from dagster_incremental.spark.session import DELTA_ARTIFACTS
+    from dagster_incremental.spark.session import DELTA_ARTIFACTS, DELTA_S3_ARTIFACTS
 
-    print("\n".join(":".join(coordinates) for coordinates in (*ARTIFACTS, *DELTA_ARTIFACTS)))
+    print("\n".join(":".join(coordinates) for coordinates in (*ARTIFACTS, *DELTA_ARTIFACTS, *DELTA_S3_ARTIFACTS)))

@@ -22,19 +22,29 @@ DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-def delta_jars() -> str:
-    """`spark.jars` of Delta's two jars when the local Maven repository has them (`mvn
-    dependency:get -Dartifact=io.delta:delta-spark_2.12:3.3.2` puts them there), else "":
-    then `spark.jars.packages` names them and Spark resolves them when the session starts."""
+# Delta on S3 goes through Hadoop's S3A: hadoop-aws of pyspark's own Hadoop (3.3.4) and the AWS
+# SDK bundle that hadoop-aws release was built against.
+DELTA_S3_ARTIFACTS = (("org.apache.hadoop", "hadoop-aws", "3.3.4"), ("com.amazonaws", "aws-java-sdk-bundle", "1.12.262"))
+
+
+def delta_jars(on_s3: bool = False) -> str:
+    """`spark.jars` of Delta's two jars (with S3A's two when the tables are on S3) when the local
+    Maven repository has them (`mvn dependency:get -Dartifact=io.delta:delta-spark_2.12:3.3.2`
+    puts one there), else "": then `spark.jars.packages` names them and Spark resolves them when
+    the session starts."""
     import os
 
     repository = Path(os.environ.get("MAVEN_LOCAL_REPOSITORY") or Path.home() / ".m2" / "repository")
     paths = [repository.joinpath(*group.split("."), name, version, f"{name}-{version}.jar")
-             for group, name, version in DELTA_ARTIFACTS]
+             for group, name, version in _delta_artifacts(on_s3)]
     return ",".join(str(p) for p in paths) if all(p.is_file() for p in paths) else ""
 
 
-def delta_conf(user: Mapping[str, str]) -> dict[str, str]:
+def _delta_artifacts(on_s3: bool) -> tuple[tuple[str, str, str], ...]:
+    return DELTA_ARTIFACTS + (DELTA_S3_ARTIFACTS if on_s3 else ())
+
+
+def delta_conf(user: Mapping[str, str], on_s3: bool = False) -> dict[str, str]:
     """Delta's jars (unless the user brings their own), session extension and catalog."""
     out = {
         "spark.sql.extensions": DELTA_EXTENSIONS,
@@ -44,11 +54,11 @@ def delta_conf(user: Mapping[str, str]) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "4",
     }
     if "spark.jars" not in user and "spark.jars.packages" not in user:
-        jars = delta_jars()
+        jars = delta_jars(on_s3)
         if jars:
             out["spark.jars"] = jars
         else:
-            out["spark.jars.packages"] = ",".join(":".join(a) for a in DELTA_ARTIFACTS)
+            out["spark.jars.packages"] = ",".join(":".join(a) for a in _delta_artifacts(on_s3))
     return out
 
 
@@ -134,7 +144,9 @@ def spark_conf(
                 defaults.pop(f"spark.sql.catalog.{catalog}.type")
             out.update(defaults)
     elif table_format == "delta":
-        out.update(delta_conf(user))
+        from dagster_incremental.spark.delta.storage import on_s3
+
+        out.update(delta_conf(user, on_s3=warehouse is not None and on_s3(str(warehouse))))
     out.update(user)
     return out
 

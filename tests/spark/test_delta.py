@@ -112,11 +112,27 @@ def test_a_restored_table_is_reloaded_from_its_own_cursor(spark, spark_warehouse
     assert_delta_rs_agrees(spark, table)
 
 
-def test_delta_on_object_storage_is_refused_naming_both_keys():
+def test_delta_on_a_storage_other_than_a_folder_or_s3_is_refused_naming_the_key():
     from dagster_incremental.spark.delta.tables import DeltaTables
 
-    with pytest.raises(IncrementalConfigError, match=r'warehouse = "s3://bucket/lake" with format = "delta".*Use a folder'):
-        DeltaTables(dict, "s3://bucket/lake")
+    with pytest.raises(IncrementalConfigError, match=r'warehouse = "gs://bucket/lake" with format = "delta".*s3://'):
+        DeltaTables(dict, "gs://bucket/lake")
+
+
+@pytest.mark.parametrize("warehouse", ["s3://bucket/lake", "s3a://bucket/lake/", "s3n://bucket/lake"])
+def test_a_delta_warehouse_on_s3_is_read_by_s3a_with_the_sessions_s3a_keys(warehouse):
+    from dagster_incremental.spark.delta.storage import S3Settings, s3_settings, use_s3_settings
+    from dagster_incremental.spark.delta.tables import DeltaTables
+
+    previous = s3_settings()
+    conf = {"spark.hadoop.fs.s3a.endpoint": "minio.local:9000", "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.path.style.access": "true", "spark.hadoop.fs.s3a.access.key": "id"}
+    try:
+        table = DeltaTables(lambda: conf, warehouse).table("lake", "ns", ["orders"])
+        assert table.location == "s3a://bucket/lake/ns/orders"
+        assert s3_settings() == S3Settings(endpoint="http://minio.local:9000", path_style=True, access_key="id")
+    finally:
+        use_s3_settings(previous)
 
 
 # -- Changes of a Delta upstream: any history, read in any steps, nets to the table's rows ------

@@ -2,16 +2,17 @@
 (operation, metrics, the `userMetadata` that carries the cursor) and the cursor in force.
 
 Why here and not through Spark: a run that has nothing to write asks only for the cursor, and
-the log is plain JSON files (`_delta_log/<version>.json`), one per commit."""
+the log is plain JSON files (`_delta_log/<version>.json`), one per commit, in a local folder or
+on S3 (storage.py)."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from dagster_incremental.spark.delta.storage import filesystem_and_path
 from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
 
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
@@ -34,16 +35,27 @@ class Commit:
 
 
 class DeltaLog:
-    """The commit log of the Delta table at `location` (a local folder)."""
+    """The commit log of the Delta table at `location` (a folder, or a prefix on S3)."""
 
-    def __init__(self, location: str | Path) -> None:
-        self.folder = Path(str(location).removeprefix("file:")) / "_delta_log"
+    def __init__(self, location: str) -> None:
+        self.fs, table = filesystem_and_path(str(location))
+        self.folder = f"{table.rstrip('/')}/_delta_log"
+
+    def _names(self) -> list[str]:
+        """The names of the log's files ([]: no log)."""
+        from pyarrow import fs
+
+        found = self.fs.get_file_info(fs.FileSelector(self.folder, allow_not_found=True))
+        return [f.base_name for f in found if f.type == fs.FileType.File]
+
+    def _checkpoints(self, pattern: str = ".checkpoint.parquet") -> list[str]:
+        """The log's checkpoint files (names ending in `pattern`), oldest first, as paths."""
+        return sorted(f"{self.folder}/{n}" for n in self._names()
+                      if ".checkpoint" in n and n.endswith(pattern) and n[:20].isdigit())
 
     def versions(self) -> list[int]:
         """The versions whose commit file is still in the log, oldest first ([]: no table)."""
-        if not self.folder.is_dir():
-            return []
-        found = (_COMMIT_FILE.match(p.name) for p in self.folder.iterdir())
+        found = (_COMMIT_FILE.match(name) for name in self._names())
         return sorted(int(m.group(1)) for m in found if m)
 
     def current_version(self) -> int | None:
@@ -73,12 +85,12 @@ class DeltaLog:
         in the log (older commit files are cleaned; a checkpoint holds their state)."""
         import pyarrow.parquet as pq
 
-        checkpoints = sorted(p for p in self.folder.glob("*.checkpoint*.parquet")
-                             if oldest is None or int(p.name[:20]) <= oldest)
+        checkpoints = [p for p in self._checkpoints(".parquet") if oldest is None or _version_of(p) <= oldest]
         if not checkpoints:
             return None
-        newest = int(checkpoints[-1].name[:20])
-        rows = pq.ParquetDataset([str(p) for p in checkpoints if int(p.name[:20]) == newest]).read(columns=["txn"])
+        newest = _version_of(checkpoints[-1])
+        rows = pq.ParquetDataset([p for p in checkpoints if _version_of(p) == newest],
+                                 filesystem=self.fs).read(columns=["txn"])
         found = [t["version"] for t in rows.column("txn").to_pylist() if t and t.get("appId") == app_id]
         return int(found[0]) if found else None
 
@@ -115,10 +127,11 @@ class DeltaLog:
             found = next((a["metaData"].get("id") for a in self.actions(version) or () if "metaData" in a), None)
             if found is not None:
                 return str(found)
-        checkpoints = sorted(self.folder.glob("*.checkpoint.parquet"))
+        checkpoints = self._checkpoints()
         if not checkpoints:
             return None
-        metadata = [m for m in pq.read_table(checkpoints[-1], columns=["metaData"]).column("metaData").to_pylist() if m]
+        read = pq.read_table(checkpoints[-1], columns=["metaData"], filesystem=self.fs)
+        metadata = [m for m in read.column("metaData").to_pylist() if m]
         return str(metadata[0]["id"]) if metadata else None
 
     def schema(self, version: int) -> tuple[tuple[str, str], ...] | None:
@@ -141,15 +154,16 @@ class DeltaLog:
         first version after it); ({}, 0) without one."""
         import pyarrow.parquet as pq
 
-        found = sorted(p for p in self.folder.glob("*.checkpoint.parquet") if int(p.name[:20]) <= version)
+        found = [p for p in self._checkpoints() if _version_of(p) <= version]
         if not found:
             return {}, 0
-        adds = pq.read_table(found[-1], columns=["add"]).column("add").to_pylist()
-        return {a["path"]: a for a in adds if a}, int(found[-1].name[:20]) + 1
+        adds = pq.read_table(found[-1], columns=["add"], filesystem=self.fs).column("add").to_pylist()
+        return {a["path"]: a for a in adds if a}, _version_of(found[-1]) + 1
 
     def actions(self, version: int) -> list[dict[str, Any]] | None:
         try:
-            text = (self.folder / f"{version:020d}.json").read_text()
+            with self.fs.open_input_stream(f"{self.folder}/{version:020d}.json") as stream:
+                text = stream.read().decode()
         except FileNotFoundError:
             return None
         return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -175,6 +189,11 @@ class DeltaLog:
     def commits_since(self, version: int | None) -> list[Commit]:
         """The commits after `version` (all when None), oldest first."""
         return [c for v in self.versions() if version is None or v > version if (c := self.commit(v)) is not None]
+
+
+def _version_of(path: str) -> int:
+    """The version a log file's name starts with (twenty digits)."""
+    return int(path.rsplit("/", 1)[-1][:20])
 
 
 def _commit(version: int, info: dict[str, Any]) -> Commit:

@@ -13,6 +13,7 @@ from typing import Any
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
+from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
 from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.table_service import NO_TABLE, TableService, nothing_to_commit
@@ -26,16 +27,21 @@ class DeltaTables(TableService):
 
     def __init__(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> None:
         super().__init__(conf)
-        if "://" in warehouse and not warehouse.startswith("file://"):
+        scheme = warehouse.split("://", 1)[0].lower() if "://" in warehouse else ""
+        if scheme not in ("", "file", *S3_SCHEMES):
             raise IncrementalConfigError(
-                f'[destination] warehouse = "{warehouse}" with format = "delta": Delta tables are '
-                "written to a local or mounted folder only for now (the run reads the commit log from "
-                "the filesystem, and Delta's S3 log store admits one writing driver). Use a folder, "
-                'or format = "iceberg" for object storage.'
+                f'[destination] warehouse = "{warehouse}" with format = "delta": Delta tables are written to '
+                "a folder (local or mounted) or to S3 (s3://bucket/path, or s3a://). Use one of those, "
+                'or format = "iceberg" with a catalog for this storage.'
             )
-        self.warehouse = warehouse.removeprefix("file://").rstrip("/")
+        self.warehouse = as_s3a(warehouse).rstrip("/") if scheme else warehouse.rstrip("/")
+        self.warehouse = self.warehouse.removeprefix("file://")
+        self._s3_settings_set = False
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
+        if on_s3(self.warehouse) and not self._s3_settings_set:  # at first use: the conf holds secrets
+            use_s3_settings(S3Settings.from_spark_conf(self.conf))
+            self._s3_settings_set = True
         name = TableRef.for_asset(catalog, namespace, key_path)
         return name.at("/".join((self.warehouse, *name.namespace, name.name)))
 

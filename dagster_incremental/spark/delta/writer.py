@@ -22,6 +22,7 @@ from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
+from dagster_incremental.spark.delta.s3_lease import commit_lease
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import SchemaPlan
@@ -87,8 +88,15 @@ class DeltaWriter:
         deduplicated: bool = False,
         guard: CursorGuard | None = None,
     ) -> WriteResult:
-        """As TableWriter.write, on Delta (raises StaleCursor or BaseMoved under a guard)."""
+        """As TableWriter.write, on Delta (raises StaleCursor or BaseMoved under a guard). On S3
+        the whole write holds the table's commit lease: its cursor check, schema change and commit."""
+        assert spec.table.location is not None, "a Delta table has a location"
         pending = DeltaCommit.open(self.spark, spec, commit, run_started_at, guard)
+        with commit_lease(spec.table.location, spec.table.display):
+            return self._write(pending, batch, window, full_refresh, deduplicated)
+
+    def _write(self, pending: DeltaCommit, batch: Any, window: WindowReplace | None, full_refresh: bool,
+               deduplicated: bool) -> WriteResult:
         local = as_local(batch)
         if local is not None:
             batch = arrow_to_spark(self.spark, local)
