@@ -64,6 +64,48 @@ def test_a_commit_another_cursor_commit_overtook_writes_nothing(spark, delta_tab
     assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 2}
 
 
+def test_a_run_whose_check_passed_before_a_full_refresh_cannot_commit_after_it(spark, delta_table, monkeypatch):
+    """A full refresh replaces the cursor unchecked, but moves the counter: a run that checked
+    the old cursor just before it is skipped by Delta and refused; the table is the refresh's."""
+    spec = WriteSpec(table=delta_table, disposition="append")
+    writer = DeltaWriter(spark)
+    created = writer.write(spec, pa.Table.from_pylist([{"id": 0}]), commit=CommitInfo(state={"last_value": 0}, run_id="r0"))
+    first = writer.write(spec, pa.Table.from_pylist([{"id": 1}]), commit=CommitInfo(state={"last_value": 1}, run_id="r1"),
+                         guard=CursorGuard(created.snapshot_id, None))
+    checked = DeltaLog(delta_table.location).app_version(delta_commit.APP_ID)
+    writer.write(spec, pa.Table.from_pylist([{"id": 10}]), commit=CommitInfo(state={"last_value": 10}, run_id="refresh"),
+                 full_refresh=True)
+    assert DeltaLog(delta_table.location).app_version(delta_commit.APP_ID) == checked + 1
+    monkeypatch.setattr(delta_commit.DeltaCommit, "_checked_count", lambda self: checked)  # its check passed before
+    with pytest.raises(BaseMoved):
+        writer.write(spec, pa.Table.from_pylist([{"id": 2}]), commit=CommitInfo(state={"last_value": 2}, run_id="r2"),
+                     guard=CursorGuard(first.snapshot_id, None))
+    monkeypatch.undo()
+    assert rows(spark, delta_table) == [(10,)]
+    assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 10}
+
+
+def test_a_full_refresh_overtaken_by_a_cursor_commit_is_written_again_on_top(spark, delta_table, monkeypatch):
+    """A full refresh whose counter another run took first writes nothing that time (BaseMoved);
+    written again, it replaces the table and the cursor as a full refresh does."""
+    spec = WriteSpec(table=delta_table, disposition="append")
+    writer = DeltaWriter(spark)
+    created = writer.write(spec, pa.Table.from_pylist([{"id": 0}]), commit=CommitInfo(state={"last_value": 0}, run_id="r0"))
+    writer.write(spec, pa.Table.from_pylist([{"id": 1}]), commit=CommitInfo(state={"last_value": 1}, run_id="r1"),
+                 guard=CursorGuard(created.snapshot_id, None))
+    stale = DeltaLog(delta_table.location).app_version(delta_commit.APP_ID) - 1
+    monkeypatch.setattr(delta_commit.DeltaCommit, "_checked_count", lambda self: stale)
+    with pytest.raises(BaseMoved):
+        writer.write(spec, pa.Table.from_pylist([{"id": 10}]), commit=CommitInfo(state={"last_value": 10}, run_id="f"),
+                     full_refresh=True)
+    assert rows(spark, delta_table) == [(0,), (1,)]
+    monkeypatch.undo()
+    writer.write(spec, pa.Table.from_pylist([{"id": 10}]), commit=CommitInfo(state={"last_value": 10}, run_id="f"),
+                 full_refresh=True)
+    assert rows(spark, delta_table) == [(10,)]
+    assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 10}
+
+
 def test_a_partition_transform_is_refused_naming_the_table(spark, delta_table):
     spec = WriteSpec(table=delta_table, disposition="append", partition_by=("days(updated_at)",))
     with pytest.raises(IncrementalConfigError, match=r"direct\..*partition_by \['days\(updated_at\)'\].*transform"):

@@ -11,7 +11,9 @@ How, with Delta's own means (verified on Delta 3.3.2, tests/spark/test_delta.py)
   another commit used meanwhile. So that recorded version is a counter every cursor-carrying
   commit advances: of two runs that checked at the same count, one commits; the other's
   statement is skipped or refused, and nothing of it is visible. A retried commit never applies
-  twice. Writers that leave the cursor alone (a backfill) name no id and move no counter.
+  twice. Writers that leave the cursor alone (a backfill) name no id and move no counter; a full
+  refresh, which replaces the cursor whatever it was, moves the counter without checking it, so
+  a run whose check passed before the refresh cannot commit after it.
 Session confs are the session's, not a thread's: one statement at a time sets them (a lock).
 """
 
@@ -53,6 +55,7 @@ class DeltaCommit:
     started: datetime
     case_sensitive: bool
     guard: CursorGuard | None = None
+    advances: bool = False  # moves the counter without a guard (a full refresh)
     made_commits: list[Commit] = dataclasses.field(default_factory=list)  # what `run` committed
 
     @classmethod
@@ -78,6 +81,11 @@ class DeltaCommit:
         """For CREATE [OR REPLACE] TABLE ... AS SELECT (a create fails on an existing table)."""
         return dataclasses.replace(self, guard=None, made_commits=[])
 
+    def advancing(self) -> DeltaCommit:
+        """For a full refresh's overwrite: no cursor check, but the counter moves (raises
+        BaseMoved when another cursor-carrying commit took the count first: write again)."""
+        return dataclasses.replace(self, guard=None, advances=True, made_commits=[])
+
     def run(self, spark: Any, fn: Callable[[], Any]) -> Commit | None:
         """Run the statement in `fn` as this commit; the commit it made (None: it wrote nothing,
         e.g. an empty delete). Raises StaleCursor or BaseMoved under a guard, nothing written."""
@@ -87,7 +95,7 @@ class DeltaCommit:
                 try:
                     fn()
                 except Exception as exc:
-                    if _is_conflict(exc) and self.guard is not None:
+                    if _is_conflict(exc) and (self.guard is not None or self.advances):
                         raise BaseMoved() from exc  # retried: the cursor check decides
                     if _is_conflict(exc):
                         raise ConcurrentRunError(
@@ -103,9 +111,9 @@ class DeltaCommit:
 
     def _checked_count(self) -> int | None:
         """Under a guard: the table's count of cursor-carrying commits, read after checking it
-        holds the run's cursor (raises StaleCursor); None without a guard."""
+        holds the run's cursor (raises StaleCursor); advancing: the count, unchecked; else None."""
         if self.guard is None:
-            return None
+            return (self.log.app_version(APP_ID) or 0) if self.advances else None
         log = self.log
         count = log.app_version(APP_ID)
         found = log.committed_cursor(self.guard.scope)
@@ -125,13 +133,14 @@ class DeltaCommit:
 
     def _own_commit(self, before: int | None) -> Commit | None:
         """The commit carrying this commit's id among those after `before`. Under a guard, none
-        means Delta skipped the write: another cursor-carrying commit came first."""
+        means Delta skipped the write: another cursor-carrying commit came first (so too for an
+        advancing one)."""
         from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
 
         for commit in reversed(self.log.commits_since(before)):
             if commit.properties.get(COMMIT_ID_PROPERTY) == self.commit_id:
                 return commit
-        if self.guard is not None:
+        if self.guard is not None or self.advances:
             raise BaseMoved()
         return None
 

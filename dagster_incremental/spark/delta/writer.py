@@ -137,7 +137,7 @@ class DeltaWriter:
             write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
             self._clauses(pending.spec, schema)  # refuses a partition transform before anything is written
             parts = [f.column for f in parse_partition_spec(pending.spec.partition_by, schema.fieldNames())]
-            made = pending.unguarded().run(spark, lambda: write.partitionBy(*parts).save(table.location))
+            made = pending.advancing().run(spark, lambda: write.partitionBy(*parts).save(table.location))
             return figures.result(spark, pending, made, deleted=previous)
         view = f"di_create_{pending.commit_id}"
         rows.createOrReplaceTempView(view)
