@@ -80,7 +80,7 @@ def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
     Columns:
         id: Order number, unique in the shop
         customer_id: The customer who placed the order
-        status: pending, paid, shipped, cancelled or refunded
+        status: pending, paid, shipped, delivered, cancelled or refunded
         amount: Order total, in the order's currency
         currency: ISO 4217 code of amount
         is_deleted: True when the shop deleted the order (the row is then removed here)

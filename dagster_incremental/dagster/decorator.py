@@ -155,11 +155,17 @@ def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
     return out
 
 
+def _cursor_start(spec: Any) -> str:
+    """Where a cursor starts, as the asset's description says it (no initial_value: every row
+    of the first run, or of a partition's window)."""
+    if spec.initial_value is None:
+        return f"`{spec.cursor_path}` (no initial_value: the first run loads every row it is given)"
+    return f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}"
+
+
 def _description(settings: AssetSettings) -> str:
     lines = [settings.description.strip()] if settings.description else []
-    cursor_text = ", ".join(
-        f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}" for spec in settings.cursors.values()
-    )
+    cursor_text = ", ".join(_cursor_start(spec) for spec in settings.cursors.values())
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
     keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
     lines.append(

@@ -264,7 +264,8 @@ class AssetOptions(Table):
     """
 
     hint = "each asset is a table: [assets.<asset>]"
-    key_prefix: Annotated[Names, _hint('use a string or a list of strings, e.g. ["lake", "raw"]')] | None = None
+    key_prefix: Annotated[tuple[str, ...], PlainValidator(check.names()), FromEnv(env.read_names),
+                          _hint('use a string or a list of strings, e.g. ["lake", "raw"]')] | None = None
     group_name: Text | None = None
     description: Annotated[str | None, _hint("use a string")] = None
     primary_key: Names | None = None

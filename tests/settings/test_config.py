@@ -596,6 +596,8 @@ def test_bad_enum_values(tmp_path, toml, expected):
         ("[assets]\norders = 1\n", "[assets] orders = 1 is an integer; each asset is a table: [assets.orders]"),
         ("[assets.orders]\nprimary_key = 5\n",
          "[assets.orders] primary_key = 5 is an integer; use a column name or a list of column names"),
+        ("[assets.orders]\nkey_prefix = 5\n",
+         '[assets.orders] key_prefix = 5 is an integer; use a string or a list of strings, e.g. ["lake", "raw"]'),
         ('[assets.orders]\nprimary_key = ["id", 5]\n', '[assets.orders] primary_key = ["id", 5] has an integer item 5'),
         ('[assets.orders]\nprimary_key = ["id", "id"]\n', '[assets.orders] primary_key = ["id", "id"] names a column twice'),
         ("[assets.orders]\nprimary_key = []\n", "[assets.orders] primary_key = [] is empty"),
