@@ -104,6 +104,15 @@ def main() -> int:
             return original_run(self, *args, **kwargs)
 
         DeltaCommit.run = dying_run  # every Delta statement's commit
+        from dagster_incremental.spark.delta import in_process as delta_in_process
+
+        original_local = delta_in_process._commit
+
+        def dying_local(*args, **kwargs):
+            threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
+            return original_local(*args, **kwargs)
+
+        delta_in_process._commit = dying_local  # local rows into Delta: delta-rs's commit
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             writer.write = _then_die(writer.write)

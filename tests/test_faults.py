@@ -39,7 +39,7 @@ from attack_support import (
 from catalogs import ICEBERG_ONLY, assert_other_readers_agree, plain, to_env
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.spark import commit as spark_commit, writer as table_writer
-from dagster_incremental.spark.delta import s3_lease
+from dagster_incremental.spark.delta import in_process as delta_in_process, s3_lease
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.writer import DeltaWriter
 
@@ -136,6 +136,7 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
         monkeypatch.setattr(DataFrameWriterV2, "append", refuse_append)
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
         monkeypatch.setattr(DeltaCommit, "run", refuse_append)  # every Delta statement's commit
+        monkeypatch.setattr(delta_in_process, "_commit", refuse_append)  # local rows into Delta: delta-rs's commit
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             monkeypatch.setattr(writer, "write", _then_fail(writer.write))

@@ -91,7 +91,7 @@ class DeltaCommit:
         e.g. an empty delete). Raises StaleCursor or BaseMoved under a guard, nothing written."""
         with _SESSION_CONF:
             before = self.log.current_version()
-            with _session_conf(spark, self._conf(self._checked_count())):
+            with _session_conf(spark, self._conf(self.checked_count())):
                 try:
                     fn()
                 except Exception as exc:
@@ -104,12 +104,12 @@ class DeltaCommit:
                             table=self.table.display,
                         ) from exc
                     raise
-        made = self._own_commit(before)
+        made = self.own_commit(before)
         if made is not None:
             self.made_commits.append(made)
         return made
 
-    def _checked_count(self) -> int | None:
+    def checked_count(self) -> int | None:
         """Under a guard: the table's count of cursor-carrying commits, read after checking it
         holds the run's cursor (raises StaleCursor); advancing: the count, unchecked; else None."""
         if self.guard is None:
@@ -131,7 +131,7 @@ class DeltaCommit:
         """The commit this one's statement made (None: none yet, or it wrote nothing)."""
         return self.made_commits[-1] if self.made_commits else None
 
-    def _own_commit(self, before: int | None) -> Commit | None:
+    def own_commit(self, before: int | None) -> Commit | None:
         """The commit carrying this commit's id among those after `before`. Under a guard, none
         means Delta skipped the write: another cursor-carrying commit came first (so too for an
         advancing one)."""

@@ -106,8 +106,8 @@ def on_s3(location: str) -> bool:
 
 def as_s3a(location: str) -> str:
     """`location` as Spark's S3A reads it (s3:// and s3n:// name the same bucket)."""
-    scheme, rest = location.split("://", 1)
-    return f"s3a://{rest}" if scheme.lower() in S3_SCHEMES else location
+    scheme, _, rest = location.partition("://")
+    return f"s3a://{rest}" if rest and scheme.lower() in S3_SCHEMES else location
 
 
 def filesystem_and_path(location: str) -> tuple[Any, str]:

@@ -22,6 +22,7 @@ from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
+from dagster_incremental.spark.delta.in_process import write_in_process
 from dagster_incremental.spark.delta.s3_lease import commit_lease
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
@@ -98,6 +99,10 @@ class DeltaWriter:
     def _write(self, pending: DeltaCommit, batch: Any, window: WindowReplace | None, full_refresh: bool,
                deduplicated: bool) -> WriteResult:
         local = as_local(batch)
+        if local is not None and window is None and not full_refresh:
+            done = write_in_process(pending, local, deduplicated=deduplicated)
+            if done is not None:
+                return done
         if local is not None:
             batch = arrow_to_spark(self.spark, local)
         batch, helpers = prepared_batch(pending, batch, deduplicated)

@@ -1,0 +1,167 @@
+"""A small local batch appended or upserted into its Delta table by delta-rs, in this process: no
+Spark job. The writer takes the Spark path whenever this says None (nothing was committed then).
+
+Why: a sensor's change run of a few hundred rows spent most of its time in Delta's MERGE job
+(about 3 s warm); delta-rs commits the same change in well under a second. The commit is the
+one the Spark path makes: the cursor in `userMetadata`, the idempotent-write counter moved by
+one, and the compare-and-set enforced by committing exactly at the version the cursor was
+checked on (no retry: a version another writer took fails the commit, BaseMoved, checked
+again). On S3 it runs under the table's commit lease, as every write does.
+
+Taken for: an append, and an upsert whose batch is already one row per key and has no
+tombstones, into an existing unpartitioned table whose columns the batch fits without a change,
+of at most MAX_ROWS rows, when delta-rs (`deltalake`, the `delta` extra) is installed. The Spark
+path creates tables, evolves schemas and runs every other strategy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from dagster_incremental.cursor.state import state_json
+from dagster_incremental.spark.commit import BaseMoved
+from dagster_incremental.spark.delta.commit import APP_ID, DeltaCommit
+from dagster_incremental.spark.delta.log import Commit
+from dagster_incremental.spark.delta.storage import on_s3, s3_settings
+from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, WriteSpec
+
+# Larger local batches take Spark's path (its parallel write; delta-rs holds a merge's touched
+# files in this process). A bound, not a measured crossover (bench/README.md, "Session 16").
+MAX_ROWS = 100_000
+
+
+def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: bool) -> WriteResult | None:
+    """`rows` appended or upserted by delta-rs as the write's one commit; None: use Spark."""
+    spec = pending.spec
+    if not _takes(spec, rows, deduplicated):
+        return None
+    try:
+        from deltalake import DeltaTable
+    except ImportError:  # without the `delta` extra: every write is Spark's
+        return None
+
+    assert spec.table.location is not None, "a Delta table has a location"
+    options = _storage_options(spec.table.location)
+    try:
+        target = DeltaTable(spec.table.location, storage_options=options)
+    except Exception:  # noqa: BLE001 - no table yet (or one delta-rs cannot open): Spark creates it
+        return None
+    data = _fitted(rows.table(), pa.schema(target.schema().to_arrow()))
+    if data is None:
+        return None
+    before = target.version()
+    count = pending.checked_count()  # raises StaleCursor under a guard whose cursor moved
+    if not _commit(pending, target, data, count):
+        return None
+    return _result(pending, before)
+
+
+def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
+    if rows.num_rows == 0 or rows.num_rows > MAX_ROWS or rows.spilled:
+        return False
+    if any(c.startswith(HELPER_PREFIX) for c in rows.column_names) or spec.partition_by:
+        return False
+    if spec.disposition == "append":
+        return True
+    return (spec.merge_strategy == "upsert" and spec.keyed and deduplicated and not spec.delete_missing
+            and spec.hard_delete_column is None and set(spec.primary_key) <= set(rows.column_names))
+
+
+def _fitted(batch: pa.Table, table_schema: pa.Schema) -> pa.Table | None:
+    """`batch` with the table's columns and types (absent columns null); None when a column is
+    one the table lacks or of another type (Spark evolves the table, or refuses the change)."""
+    if not set(batch.column_names) <= set(table_schema.names):
+        return None
+    columns = []
+    for field in table_schema:
+        if field.name not in batch.column_names:
+            columns.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        column = batch.column(field.name)
+        if not _same_type(column.type, field.type):
+            return None
+        try:
+            columns.append(column.cast(field.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+    return pa.Table.from_arrays(columns, schema=table_schema)
+
+
+def _same_type(batch: pa.DataType, table: pa.DataType) -> bool:
+    """The same Spark type: equal, an all-null column, a timestamp of another unit or zone
+    (Spark reads a naive one in UTC, the session's zone), or the other string layout."""
+    if batch == table or pa.types.is_null(batch):
+        return True
+    if pa.types.is_timestamp(batch) and pa.types.is_timestamp(table):
+        return True
+    strings = [pa.types.is_string, pa.types.is_large_string, getattr(pa.types, "is_string_view", lambda t: False)]
+    return any(t(batch) for t in strings) and any(t(table) for t in strings)
+
+
+def _commit(pending: DeltaCommit, target: Any, data: pa.Table, count: int | None) -> bool:
+    """Commit `data`; False when delta-rs cannot write this table (a table feature it lacks):
+    nothing was written, Spark writes it."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+
+    guarded = count is not None
+    properties = CommitProperties(
+        custom_metadata={"userMetadata": state_json(dict(pending.properties))},
+        app_transactions=[Transaction(APP_ID, count + 1)] if count is not None else None,
+        max_commit_retries=0 if guarded else None,  # a guarded commit lands at the checked version or not at all
+    )
+    spec = pending.spec
+    try:
+        if spec.disposition == "append":
+            write_deltalake(target, data, mode="append", commit_properties=properties)
+            return True
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.primary_key)
+        target.merge(data, on, source_alias="s", target_alias="t", commit_properties=properties) \
+            .when_matched_update_all().when_not_matched_insert_all().execute()
+        return True
+    except CommitFailedError as exc:
+        if guarded:
+            raise BaseMoved() from exc  # another commit took the version: checked again
+        raise
+    except DeltaProtocolError:
+        return False
+
+
+def _result(pending: DeltaCommit, before: int) -> WriteResult:
+    """The figures of the commit just made, from its own metrics in the log (no JVM)."""
+    made = pending.own_commit(before)
+    assert made is not None, "the in-process commit is in the log"
+    pending.made_commits.append(made)
+    log = pending.log
+    rows, columns = log.row_count(made.version), log.schema(made.version)
+    inserted, updated = _counts(made)
+    assert rows is not None and columns is not None, "delta-rs records row counts and the schema"
+    return WriteResult(rows_inserted=inserted, rows_updated=updated, rows_deleted=0, row_count=rows,
+                       snapshot_id=made.version, schema=columns)
+
+
+def _counts(made: Commit) -> tuple[int, int]:
+    """(inserted, updated) from delta-rs's operation metrics."""
+    if made.operation == "MERGE":
+        return made.count("num_target_rows_inserted"), made.count("num_target_rows_updated")
+    return made.count("num_added_rows"), 0
+
+
+def _storage_options(location: str) -> dict[str, str]:
+    """delta-rs's options for a table on S3 (the session's S3A settings); commits there are
+    ordered by the table's commit lease, so delta-rs's own S3 locking is not needed."""
+    if not on_s3(location):
+        return {}
+    settings = s3_settings()
+    options = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    if settings.endpoint:
+        options.update(AWS_ENDPOINT_URL=settings.endpoint, AWS_ALLOW_HTTP="true",
+                       AWS_VIRTUAL_HOSTED_STYLE_REQUEST="false" if settings.path_style else "true")
+    for key, value in (("AWS_REGION", settings.region), ("AWS_ACCESS_KEY_ID", settings.access_key),
+                       ("AWS_SECRET_ACCESS_KEY", settings.secret_key), ("AWS_SESSION_TOKEN", settings.session_token)):
+        if value:
+            options[key] = value
+    return options

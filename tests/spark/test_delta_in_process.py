@@ -1,0 +1,131 @@
+"""Small local batches committed to Delta by delta-rs (spark/delta/in_process.py): the same table,
+cursor and figures as the Spark path for any history, and the same compare-and-set."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalogs import assert_delta_rs_agrees
+from dagster_incremental.spark.commit import BaseMoved, CursorGuard
+from dagster_incremental.spark.delta import commit as delta_commit
+from dagster_incremental.spark.delta import in_process
+from dagster_incremental.spark.delta.log import DeltaLog
+from dagster_incremental.spark.delta.writer import DeltaWriter
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("amount", pa.float64())])
+
+
+def new_table(warehouse: str) -> TableRef:
+    name = "t_" + uuid.uuid4().hex[:8]
+    return TableRef("lake", ("in_process",), name).at(f"{warehouse}/delta/in_process/{name}")
+
+
+def engine(table: TableRef, version: int) -> str:
+    """Who made commit `version`: delta-rs, or Spark (Apache-Spark/... Delta-Lake/...)."""
+    info = next(a["commitInfo"] for a in DeltaLog(table.location).actions(version) if "commitInfo" in a)
+    return str(info.get("engineInfo", ""))
+
+
+def table_rows(spark, table: TableRef) -> list[tuple]:
+    return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, amount FROM {table.sql}").collect())
+
+
+def batch(rows: list[tuple[int, str, float | None]]) -> pa.Table:
+    return pa.Table.from_pylist([{"id": i, "v": v, "amount": a} for i, v, a in rows], schema=SCHEMA)
+
+
+def write(spark, table: TableRef, disposition: str, rows, state: int, guard=None):
+    spec = WriteSpec(table=table, disposition="merge" if disposition == "upsert" else "append",
+                     strategy="upsert" if disposition == "upsert" else None, primary_key=("id",))
+    return DeltaWriter(spark).write(spec, batch(rows), commit=CommitInfo(state={"last_value": state}, run_id=f"r{state}"),
+                                    deduplicated=True, guard=guard)
+
+
+ROWS = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["a", "b", "c"]),
+                          st.one_of(st.none(), st.floats(-5, 5, allow_nan=False))),
+                min_size=1, max_size=4, unique_by=lambda r: r[0])
+HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_size=1, max_size=4)
+
+
+@settings(max_examples=int(os.environ.get("DI_PROPERTY_EXAMPLES", "4")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(first=ROWS, history=HISTORY)
+def test_any_history_gives_the_spark_paths_table_cursor_and_figures(spark, spark_warehouse, monkeypatch, first, history):
+    """The same batches into two tables, one by delta-rs and one by Spark: after each write the
+    same rows (read by Spark and by delta-rs), the same cursor and the same figures."""
+    ours, theirs = new_table(spark_warehouse), new_table(spark_warehouse)
+    for table in (ours, theirs):
+        write(spark, table, "append", first, 0)  # created by Spark (the in-process path never creates)
+    for state, (disposition, rows) in enumerate(history, start=1):
+        mine = write(spark, ours, disposition, rows, state)
+        assert "delta-rs" in engine(ours, mine.snapshot_id)
+        with monkeypatch.context() as m:
+            m.setattr(in_process, "MAX_ROWS", 0)
+            spark_made = write(spark, theirs, disposition, rows, state)
+        assert "delta-rs" not in engine(theirs, spark_made.snapshot_id)
+        assert table_rows(spark, ours) == table_rows(spark, theirs)
+        assert (mine.rows_inserted, mine.rows_updated, mine.rows_deleted, mine.row_count) == (
+            spark_made.rows_inserted, spark_made.rows_updated, spark_made.rows_deleted, spark_made.row_count)
+        assert mine.schema == spark_made.schema
+        assert DeltaLog(ours.location).committed_cursor(None).state == {"last_value": state}
+    assert_delta_rs_agrees(spark, ours)
+
+
+def test_a_commit_another_writer_made_after_the_check_wins_and_ours_writes_nothing(spark, spark_warehouse, monkeypatch):
+    """The in-process commit lands exactly at the version after the one it loaded: another
+    cursor commit made between our check and our commit takes that version, ours fails
+    (BaseMoved: checked again, then refused as stale) and writes nothing."""
+    table = new_table(spark_warehouse)
+    created = write(spark, table, "append", [(1, "a", 1.0)], 0)
+    checked = delta_commit.DeltaCommit.checked_count
+
+    def another_run_commits_after_our_check(self):
+        count = checked(self)
+        monkeypatch.setattr(delta_commit.DeltaCommit, "checked_count", checked)
+        write(spark, table, "upsert", [(2, "other", 2.0)], 5, guard=CursorGuard(created.snapshot_id, None))
+        return count
+
+    monkeypatch.setattr(delta_commit.DeltaCommit, "checked_count", another_run_commits_after_our_check)
+    with pytest.raises(BaseMoved):
+        write(spark, table, "upsert", [(3, "ours", 3.0)], 1, guard=CursorGuard(created.snapshot_id, None))
+    assert table_rows(spark, table) == [(1, "a", 1.0), (2, "other", 2.0)]
+    assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 5}
+
+
+def test_a_batch_the_table_does_not_fit_takes_the_spark_path(spark, spark_warehouse):
+    """A new column (schema evolution) and a type change are the Spark path's: it evolves the
+    table or refuses the change, as for any batch."""
+    table = new_table(spark_warehouse)
+    write(spark, table, "append", [(1, "a", 1.0)], 0)
+    spec = WriteSpec(table=table, disposition="append")
+    wider = pa.Table.from_pylist([{"id": 2, "v": "b", "amount": 2.0, "note": "new"}])
+    made = DeltaWriter(spark).write(spec, wider, commit=CommitInfo(state={"last_value": 1}))
+    assert "delta-rs" not in engine(table, made.snapshot_id)
+    assert ("note", "string") in made.schema
+
+
+@pytest.mark.parametrize("catalog", ["delta-s3"], indirect=True)
+def test_on_s3_the_in_process_commit_is_made_by_delta_rs_and_read_back(spark, catalog):
+    """On S3 too (the session's S3A settings, under the commit lease): delta-rs commits the
+    change, Spark and delta-rs read the same rows and cursor."""
+    import dagster as dg
+
+    table = catalog.io_manager("in_process_" + uuid.uuid4().hex[:6]).table_name(dg.AssetKey("orders"))
+    assert table.location.startswith("s3a://")
+    write(spark, table, "append", [(1, "a", 1.0), (2, "b", None)], 0)
+    made = write(spark, table, "upsert", [(2, "B", 2.0), (3, "c", 3.0)], 1)
+    assert "delta-rs" in engine(table, made.snapshot_id)
+    assert (made.rows_inserted, made.rows_updated, made.row_count) == (1, 1, 3)
+    assert table_rows(spark, table) == [(1, "a", 1.0), (2, "B", 2.0), (3, "c", 3.0)]
+    assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 1}
+    assert_delta_rs_agrees(spark, table, catalog.delta_rs_options())
