@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from datetime import datetime
 
 import pyarrow as pa
 import pytest
@@ -22,7 +23,8 @@ from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = pytest.mark.spark
 
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("amount", pa.float64())])
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string()), ("amount", pa.float64()), ("at", pa.timestamp("us"))])
+AT = datetime(2024, 3, 1, 12, 30)
 
 
 def new_table(warehouse: str) -> TableRef:
@@ -37,11 +39,13 @@ def engine(table: TableRef, version: int) -> str:
 
 
 def table_rows(spark, table: TableRef) -> list[tuple]:
-    return sorted(tuple(r) for r in spark.sql(f"SELECT id, v, amount FROM {table.sql}").collect())
+    return sorted((tuple(r) for r in spark.sql(f"SELECT id, v, amount, at FROM {table.sql}").collect()), key=repr)
 
 
-def batch(rows: list[tuple[int, str, float | None]]) -> pa.Table:
-    return pa.Table.from_pylist([{"id": i, "v": v, "amount": a} for i, v, a in rows], schema=SCHEMA)
+def batch(rows: list[tuple]) -> pa.Table:
+    """Rows of (id, v, amount[, at]); `at` is a timestamp without a zone (AT when not given)."""
+    return pa.Table.from_pylist([{"id": r[0], "v": r[1], "amount": r[2], "at": r[3] if len(r) > 3 else AT}
+                                 for r in rows], schema=SCHEMA)
 
 
 def write(spark, table: TableRef, disposition: str, rows, state: int, guard=None):
@@ -52,7 +56,8 @@ def write(spark, table: TableRef, disposition: str, rows, state: int, guard=None
 
 
 ROWS = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["a", "b", "c"]),
-                          st.one_of(st.none(), st.floats(-5, 5, allow_nan=False))),
+                          st.one_of(st.none(), st.floats(-5, 5, allow_nan=False)),
+                          st.datetimes(datetime(2020, 1, 1), datetime(2030, 1, 1))),
                 min_size=1, max_size=4, unique_by=lambda r: r[0])
 HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_size=1, max_size=4)
 
@@ -62,7 +67,16 @@ HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_s
 @given(first=ROWS, history=HISTORY)
 def test_any_history_gives_the_spark_paths_table_cursor_and_figures(spark, spark_warehouse, monkeypatch, first, history):
     """The same batches into two tables, one by delta-rs and one by Spark: after each write the
-    same rows (read by Spark and by delta-rs), the same cursor and the same figures."""
+    same rows (read by Spark and by delta-rs), the same cursor and the same figures. The session
+    is in a zone other than UTC, in which Spark reads a timestamp without one."""
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")  # +05:30 all year
+    try:
+        _same_as_spark(spark, spark_warehouse, monkeypatch, first, history)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def _same_as_spark(spark, spark_warehouse, monkeypatch, first, history):
     ours, theirs = new_table(spark_warehouse), new_table(spark_warehouse)
     for table in (ours, theirs):
         write(spark, table, "append", first, 0)  # created by Spark (the in-process path never creates)
@@ -98,7 +112,7 @@ def test_a_commit_another_writer_made_after_the_check_wins_and_ours_writes_nothi
     monkeypatch.setattr(delta_commit.DeltaCommit, "checked_count", another_run_commits_after_our_check)
     with pytest.raises(BaseMoved):
         write(spark, table, "upsert", [(3, "ours", 3.0)], 1, guard=CursorGuard(created.snapshot_id, None))
-    assert table_rows(spark, table) == [(1, "a", 1.0), (2, "other", 2.0)]
+    assert table_rows(spark, table) == [(1, "a", 1.0, AT), (2, "other", 2.0, AT)]
     assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 5}
 
 
@@ -108,7 +122,7 @@ def test_a_batch_the_table_does_not_fit_takes_the_spark_path(spark, spark_wareho
     table = new_table(spark_warehouse)
     write(spark, table, "append", [(1, "a", 1.0)], 0)
     spec = WriteSpec(table=table, disposition="append")
-    wider = pa.Table.from_pylist([{"id": 2, "v": "b", "amount": 2.0, "note": "new"}])
+    wider = pa.Table.from_pylist([{"id": 2, "v": "b", "amount": 2.0, "at": AT, "note": "new"}])
     made = DeltaWriter(spark).write(spec, wider, commit=CommitInfo(state={"last_value": 1}))
     assert "delta-rs" not in engine(table, made.snapshot_id)
     assert ("note", "string") in made.schema
@@ -126,6 +140,6 @@ def test_on_s3_the_in_process_commit_is_made_by_delta_rs_and_read_back(spark, ca
     made = write(spark, table, "upsert", [(2, "B", 2.0), (3, "c", 3.0)], 1)
     assert "delta-rs" in engine(table, made.snapshot_id)
     assert (made.rows_inserted, made.rows_updated, made.row_count) == (1, 1, 3)
-    assert table_rows(spark, table) == [(1, "a", 1.0), (2, "B", 2.0), (3, "c", 3.0)]
+    assert table_rows(spark, table) == [(1, "a", 1.0, AT), (2, "B", 2.0, AT), (3, "c", 3.0, AT)]
     assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 1}
     assert_delta_rs_agrees(spark, table, catalog.delta_rs_options())

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.spark.commit import BaseMoved
@@ -33,8 +34,9 @@ from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, Wri
 MAX_ROWS = 100_000
 
 
-def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: bool) -> WriteResult | None:
-    """`rows` appended or upserted by delta-rs as the write's one commit; None: use Spark."""
+def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: bool, time_zone: str) -> WriteResult | None:
+    """`rows` appended or upserted by delta-rs as the write's one commit; None: use Spark.
+    `time_zone`: the session's, in which Spark reads a timestamp without a zone."""
     spec = pending.spec
     if not _takes(spec, rows, deduplicated):
         return None
@@ -49,7 +51,7 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
         target = DeltaTable(spec.table.location, storage_options=options)
     except Exception:  # noqa: BLE001 - no table yet (or one delta-rs cannot open): Spark creates it
         return None
-    data = _fitted(rows.table(), pa.schema(target.schema().to_arrow()))
+    data = _fitted(rows.table(), pa.schema(target.schema().to_arrow()), time_zone)
     if data is None:
         return None
     before = target.version()
@@ -70,9 +72,10 @@ def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
             and spec.hard_delete_column is None and set(spec.primary_key) <= set(rows.column_names))
 
 
-def _fitted(batch: pa.Table, table_schema: pa.Schema) -> pa.Table | None:
-    """`batch` with the table's columns and types (absent columns null); None when a column is
-    one the table lacks or of another type (Spark evolves the table, or refuses the change)."""
+def _fitted(batch: pa.Table, table_schema: pa.Schema, time_zone: str) -> pa.Table | None:
+    """`batch` with the table's columns and types (absent columns null; a timestamp without a
+    zone read in `time_zone`, as Spark reads it); None when a column is one the table lacks or of
+    another type (Spark evolves the table, or refuses the change)."""
     if not set(batch.column_names) <= set(table_schema.names):
         return None
     columns = []
@@ -84,6 +87,8 @@ def _fitted(batch: pa.Table, table_schema: pa.Schema) -> pa.Table | None:
         if not _same_type(column.type, field.type):
             return None
         try:
+            if pa.types.is_timestamp(column.type) and column.type.tz is None and field.type.tz is not None:
+                column = pc.assume_timezone(column, timezone=time_zone)
             columns.append(column.cast(field.type, safe=True))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None
@@ -91,12 +96,12 @@ def _fitted(batch: pa.Table, table_schema: pa.Schema) -> pa.Table | None:
 
 
 def _same_type(batch: pa.DataType, table: pa.DataType) -> bool:
-    """The same Spark type: equal, an all-null column, a timestamp of another unit or zone
-    (Spark reads a naive one in UTC, the session's zone), or the other string layout."""
+    """The same Spark type: equal, an all-null column, a timestamp of another unit or zone (or
+    none) into a zoned one, or the other string layout."""
     if batch == table or pa.types.is_null(batch):
         return True
     if pa.types.is_timestamp(batch) and pa.types.is_timestamp(table):
-        return True
+        return table.tz is not None or batch.tz is None
     strings = [pa.types.is_string, pa.types.is_large_string, getattr(pa.types, "is_string_view", lambda t: False)]
     return any(t(batch) for t in strings) and any(t(table) for t in strings)
 

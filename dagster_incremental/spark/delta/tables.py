@@ -34,8 +34,7 @@ class DeltaTables(TableService):
                 "a folder (local or mounted) or to S3 (s3://bucket/path, or s3a://). Use one of those, "
                 'or format = "iceberg" with a catalog for this storage.'
             )
-        self.warehouse = as_s3a(warehouse).rstrip("/") if scheme else warehouse.rstrip("/")
-        self.warehouse = self.warehouse.removeprefix("file://")
+        self.warehouse = as_s3a(warehouse).removeprefix("file://").rstrip("/")
         self._s3_settings_set = False
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:

@@ -100,7 +100,8 @@ class DeltaWriter:
                deduplicated: bool) -> WriteResult:
         local = as_local(batch)
         if local is not None and window is None and not full_refresh:
-            done = write_in_process(pending, local, deduplicated=deduplicated)
+            time_zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
+            done = write_in_process(pending, local, deduplicated=deduplicated, time_zone=time_zone)
             if done is not None:
                 return done
         if local is not None:
