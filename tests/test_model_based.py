@@ -517,8 +517,7 @@ def env(spark, catalog, tmp_path_factory):
 
 
 # The fixed sequences (every rule: each commit path) run on the local Hadoop catalog, the REST
-# catalog over S3 and Delta tables (LOCAL_LAKE_AND_DELTA); the random ones, whose subject is the
-# model's rules, on the Hadoop one.
+# catalog over S3 and Delta tables; the random ones on the Hadoop catalog and Delta (RANDOM).
 
 
 class TableMachine(RuleBasedStateMachine):
@@ -774,8 +773,13 @@ def test_every_rule_in_one_sequence(env, disposition):
     drive(type("M", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})(), EVERY_RULE)
 
 
-@HADOOP_ONLY
-@pytest.mark.parametrize("disposition", DISPOSITION_NAMES)
+# The random sequences: every disposition on the Hadoop catalog; on Delta upsert in CI (its
+# in-process and Spark commits, RESTORE, VACUUM, OPTIMIZE), every disposition in the large profile.
+RANDOM = ([(c, d) for c in ("hadoop", "delta") for d in DISPOSITION_NAMES] if PROFILE == "large"
+          else [("hadoop", d) for d in DISPOSITION_NAMES] + [("delta", "upsert")])
+
+
+@pytest.mark.parametrize("catalog, disposition", RANDOM, indirect=["catalog"], ids=[f"{d}-{c}" for c, d in RANDOM])
 def test_any_sequence_of_operations_leaves_the_table_and_cursor_of_the_model(env, disposition):
     machine = type(f"Machine_{disposition.replace('-', '_')}", (AssetMachine,), {"DISPOSITION": disposition, "ENV": env})
     run_state_machine_as_test(machine, settings=RUNS)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalogs import assert_delta_rs_agrees
-from dagster_incremental.spark.commit import BaseMoved, CursorGuard
+from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta import in_process
 from dagster_incremental.spark.delta.log import DeltaLog
@@ -59,7 +59,9 @@ ROWS = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["a", "b", "c"]),
                           st.one_of(st.none(), st.floats(-5, 5, allow_nan=False)),
                           st.datetimes(datetime(2020, 1, 1), datetime(2030, 1, 1))),
                 min_size=1, max_size=4, unique_by=lambda r: r[0])
-HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_size=1, max_size=4)
+# (disposition, rows, whether our table takes this batch through Spark too: a Spark MERGE or
+# INSERT into a table delta-rs created or last wrote)
+HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS, st.booleans()), min_size=1, max_size=4)
 
 
 @settings(max_examples=int(os.environ.get("DI_PROPERTY_EXAMPLES", "4")), deadline=None,
@@ -78,11 +80,13 @@ def test_any_history_gives_the_spark_paths_table_cursor_and_figures(spark, spark
 
 def _same_as_spark(spark, spark_warehouse, monkeypatch, first, history):
     ours, theirs = new_table(spark_warehouse), new_table(spark_warehouse)
-    for table in (ours, theirs):
-        write(spark, table, "append", first, 0)  # created by Spark (the in-process path never creates)
-    for state, (disposition, rows) in enumerate(history, start=1):
-        mine = write(spark, ours, disposition, rows, state)
-        assert "delta-rs" in engine(ours, mine.snapshot_id)
+    steps = [("append", first, False), *history]
+    for state, (disposition, rows, both_by_spark) in enumerate(steps):
+        with monkeypatch.context() as m:
+            if both_by_spark:
+                m.setattr(in_process, "MAX_ROWS", 0)
+            mine = write(spark, ours, disposition, rows, state)
+        assert ("delta-rs" in engine(ours, mine.snapshot_id)) is not both_by_spark
         with monkeypatch.context() as m:
             m.setattr(in_process, "MAX_ROWS", 0)
             spark_made = write(spark, theirs, disposition, rows, state)
@@ -91,6 +95,7 @@ def _same_as_spark(spark, spark_warehouse, monkeypatch, first, history):
         assert (mine.rows_inserted, mine.rows_updated, mine.rows_deleted, mine.row_count) == (
             spark_made.rows_inserted, spark_made.rows_updated, spark_made.rows_deleted, spark_made.row_count)
         assert mine.schema == spark_made.schema
+        assert spark.table(ours.sql).schema == spark.table(theirs.sql).schema
         assert DeltaLog(ours.location).committed_cursor(None).state == {"last_value": state}
     assert_delta_rs_agrees(spark, ours)
 
@@ -116,6 +121,27 @@ def test_a_commit_another_writer_made_after_the_check_wins_and_ours_writes_nothi
     assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 5}
 
 
+def test_a_run_that_loses_the_race_to_create_the_table_writes_nothing_past_the_winners_cursor(spark, spark_warehouse,
+                                                                                              monkeypatch):
+    """Two runs find no table; the other one creates it first (between our look and our commit).
+    Ours, expecting no cursor, is refused as stale (the Spark path's CREATE race ends the same
+    way) and the table holds the winner's rows and cursor only."""
+    table = new_table(spark_warehouse)
+    schema_of = in_process.creatable_schema
+
+    def another_run_creates_it_first(*args):
+        monkeypatch.setattr(in_process, "creatable_schema", schema_of)
+        write(spark, table, "append", [(2, "other", 2.0)], 5)
+        return schema_of(*args)
+
+    monkeypatch.setattr(in_process, "creatable_schema", another_run_creates_it_first)
+    with pytest.raises(StaleCursor):
+        write(spark, table, "append", [(3, "ours", 3.0)], 1, guard=CursorGuard(None, None))
+    assert table_rows(spark, table) == [(2, "other", 2.0, AT)]
+    assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 5}
+    assert "delta-rs" in engine(table, 0)
+
+
 def test_a_batch_the_table_does_not_fit_takes_the_spark_path(spark, spark_warehouse):
     """A new column (schema evolution) and a type change are the Spark path's: it evolves the
     table or refuses the change, as for any batch."""
@@ -130,14 +156,15 @@ def test_a_batch_the_table_does_not_fit_takes_the_spark_path(spark, spark_wareho
 
 @pytest.mark.parametrize("catalog", ["delta-s3"], indirect=True)
 def test_on_s3_the_in_process_commit_is_made_by_delta_rs_and_read_back(spark, catalog):
-    """On S3 too (the session's S3A settings, under the commit lease): delta-rs commits the
-    change, Spark and delta-rs read the same rows and cursor."""
+    """On S3 too (the session's S3A settings, under the commit lease): delta-rs creates the table
+    and commits the change, Spark and delta-rs read the same rows and cursor."""
     import dagster as dg
 
     table = catalog.io_manager("in_process_" + uuid.uuid4().hex[:6]).table_name(dg.AssetKey("orders"))
     assert table.location.startswith("s3a://")
-    write(spark, table, "append", [(1, "a", 1.0), (2, "b", None)], 0)
+    created = write(spark, table, "append", [(1, "a", 1.0), (2, "b", None)], 0)
     made = write(spark, table, "upsert", [(2, "B", 2.0), (3, "c", 3.0)], 1)
+    assert "delta-rs" in engine(table, created.snapshot_id)
     assert "delta-rs" in engine(table, made.snapshot_id)
     assert (made.rows_inserted, made.rows_updated, made.row_count) == (1, 1, 3)
     assert table_rows(spark, table) == [(1, "a", 1.0, AT), (2, "B", 2.0, AT), (3, "c", 3.0, AT)]

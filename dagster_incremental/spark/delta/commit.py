@@ -38,6 +38,7 @@ USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 APP_ID = "dagster_incremental"  # the idempotent-write id of every cursor-carrying commit
+CREATOR_WAIT_S = 30.0  # how long a run that lost a race to create the table waits for the winner's commit
 
 _SESSION_CONF = threading.Lock()
 _CONFLICTS = ("ConcurrentTransactionException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
@@ -126,6 +127,11 @@ class DeltaCommit:
         if count is not None:
             conf.update({TXN_APP_ID: APP_ID, TXN_VERSION: str(count + 1)})
         return conf
+
+    def created_by_another(self) -> bool:
+        """After a lost race to create the table: whether the other creator's first commit is
+        there, or comes within CREATOR_WAIT_S (then this run writes into the table as usual)."""
+        return self.log.has_commit_within(CREATOR_WAIT_S)
 
     def made(self) -> Commit | None:
         """The commit this one's statement made (None: none yet, or it wrote nothing)."""

@@ -2,16 +2,19 @@
 Spark job. The writer takes the Spark path whenever this says None (nothing was committed then).
 
 Why: a sensor's change run of a few hundred rows spent most of its time in Delta's MERGE job
-(about 3 s warm); delta-rs commits the same change in well under a second. The commit is the
-one the Spark path makes: the cursor in `userMetadata`, the idempotent-write counter moved by
-one, and the compare-and-set enforced by committing exactly at the version the cursor was
-checked on (no retry: a version another writer took fails the commit, BaseMoved, checked
-again). On S3 it runs under the table's commit lease, as every write does.
+(about 3 s warm), and a first load in Delta's CREATE TABLE ... AS SELECT; delta-rs makes the same
+commits in well under a second. The commit is the one the Spark path makes: the cursor in
+`userMetadata`; into an existing table, the idempotent-write counter moved by one and the
+compare-and-set enforced by committing exactly at the version the cursor was checked on (no
+retry: a version another writer took fails the commit, BaseMoved, checked again). A new table
+gets the schema Spark's CREATE ... AS SELECT would give it (all columns nullable, untyped ones
+left out), and a run that loses the race to create it writes into the winner's table as the
+Spark path does. On S3 it runs under the table's commit lease, as every write does.
 
 Taken for: an append, and an upsert whose batch is already one row per key and has no
-tombstones, into an existing unpartitioned table whose columns the batch fits without a change,
-of at most MAX_ROWS rows, when delta-rs (`deltalake`, the `delta` extra) is installed. The Spark
-path creates tables, evolves schemas and runs every other strategy.
+tombstones, into an unpartitioned table without table properties (new, or existing with columns
+the batch fits without a change), of at most MAX_ROWS rows, when delta-rs (`deltalake`, the
+`delta` extra) is installed. The Spark path evolves schemas and runs every other strategy.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dagster_incremental.spark.delta.commit import APP_ID, DeltaCommit
 from dagster_incremental.spark.delta.log import Commit
 from dagster_incremental.spark.delta.storage import on_s3, s3_settings
 from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.schema_evolution import creatable_schema, spark_schema_of_arrow
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, WriteSpec
 
 # Larger local batches take Spark's path (its parallel write; delta-rs holds a merge's touched
@@ -47,9 +51,14 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
 
     assert spec.table.location is not None, "a Delta table has a location"
     options = _storage_options(spec.table.location)
+    if pending.log.current_version() is None:
+        try:
+            return _create(pending, rows, options, time_zone)
+        except _CreatedByAnother:
+            pass  # written into as usual: the cursor check decides
     try:
         target = DeltaTable(spec.table.location, storage_options=options)
-    except Exception:  # noqa: BLE001 - no table yet (or one delta-rs cannot open): Spark creates it
+    except Exception:  # noqa: BLE001 - a table delta-rs cannot open: Spark writes it
         return None
     data = _fitted(rows.table(), pa.schema(target.schema().to_arrow()), time_zone)
     if data is None:
@@ -59,6 +68,41 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
     if not _commit(pending, target, data, count):
         return None
     return _result(pending, before)
+
+
+class _CreatedByAnother(Exception):
+    """Another run created the table first (nothing of this run's was committed)."""
+
+
+def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time_zone: str) -> WriteResult | None:
+    """The table created with `rows` as its first commit, in the schema Spark's CREATE ... AS
+    SELECT gives it; None: Spark creates it (a type delta-rs does not write, table properties).
+    Like Spark's, the creating commit carries the cursor but checks none."""
+    from deltalake import CommitProperties, Schema, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError
+
+    spec = pending.spec
+    if spec.table_properties:
+        return None
+    schema, untyped = creatable_schema(spec.table, spark_schema_of_arrow(rows.schema))
+    try:
+        table_schema = pa.schema(Schema.from_json(schema.json()).to_arrow())
+    except Exception:  # noqa: BLE001 - a Spark type delta-rs lacks: Spark creates the table
+        return None
+    data = _fitted(rows.table().drop_columns(list(untyped)), table_schema, time_zone)
+    if data is None:
+        return None
+    properties = CommitProperties(custom_metadata={"userMetadata": state_json(dict(pending.properties))})
+    try:
+        write_deltalake(spec.table.location, data, mode="error", storage_options=options, commit_properties=properties)
+    except DeltaProtocolError:
+        return None
+    except (CommitFailedError, DeltaError) as exc:
+        lost = isinstance(exc, CommitFailedError) or "already exists" in str(exc)
+        if lost and pending.created_by_another():
+            raise _CreatedByAnother() from exc
+        raise
+    return _result(pending, None)
 
 
 def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
@@ -135,7 +179,7 @@ def _commit(pending: DeltaCommit, target: Any, data: pa.Table, count: int | None
         return False
 
 
-def _result(pending: DeltaCommit, before: int) -> WriteResult:
+def _result(pending: DeltaCommit, before: int | None) -> WriteResult:
     """The figures of the commit just made, from its own metrics in the log (no JVM)."""
     made = pending.own_commit(before)
     assert made is not None, "the in-process commit is in the log"
@@ -149,7 +193,7 @@ def _result(pending: DeltaCommit, before: int) -> WriteResult:
 
 
 def _counts(made: Commit) -> tuple[int, int]:
-    """(inserted, updated) from delta-rs's operation metrics."""
+    """(inserted, updated) from delta-rs's operation metrics (a WRITE's rows are all inserted)."""
     if made.operation == "MERGE":
         return made.count("num_target_rows_inserted"), made.count("num_target_rows_updated")
     return made.count("num_added_rows"), 0

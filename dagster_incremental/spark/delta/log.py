@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,16 @@ class DeltaLog:
     def current_version(self) -> int | None:
         versions = self.versions()
         return versions[-1] if versions else None
+
+    def has_commit_within(self, seconds: float) -> bool:
+        """Whether the table has a commit now, or gets one within `seconds` (another creator's:
+        Spark calls a path taken as soon as that creator's data files are in it, before its commit)."""
+        deadline = time.monotonic() + seconds
+        while self.current_version() is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     def commit(self, version: int) -> Commit | None:
         """The commit information of `version` (None: its file is gone)."""

@@ -8,7 +8,6 @@ spark/merge and spark/window_replace, written against the table's path."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -34,7 +33,6 @@ from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 from dagster_incremental.spark.writer import fitted_batch, prepared_batch, prunable_partition_by
 
-CREATOR_WAIT_S = 30.0  # how long a run waits for another run's first commit of a new table
 # How Delta says a path was taken by another creator, depending on how far its commit had got.
 # (NON_EMPTY_LOCATION: the other creator's data files are in the folder, its first commit not yet.)
 _CREATION_RACE = ("ALREADY_EXISTS", "already exists", "DELTA_TABLE_NOT_FOUND", "ProtocolChangedException",
@@ -44,17 +42,6 @@ _CREATION_RACE = ("ALREADY_EXISTS", "already exists", "DELTA_TABLE_NOT_FOUND", "
 def _lost_creation_race(error: BaseException) -> bool:
     """Whether a CREATE failed because another run was creating the same table."""
     return any(sign in str(error) for sign in _CREATION_RACE)
-
-
-def _created_by_another(pending: DeltaCommit) -> bool:
-    """Whether the table has a first commit now, or gets one within CREATOR_WAIT_S: Spark calls
-    a path taken as soon as another creator's data files are in it, before its commit is."""
-    deadline = time.monotonic() + CREATOR_WAIT_S
-    while pending.log.current_version() is None:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def _keeps_types(plan: SchemaPlan, table_schema: T.StructType) -> None:
@@ -130,7 +117,7 @@ class DeltaWriter:
         try:
             self.spark.sql(f"CREATE TABLE {pending.table.sql} ({columns}) {self._clauses(pending.spec, schema)}")
         except Exception as exc:
-            if not (_lost_creation_race(exc) and _created_by_another(pending)):
+            if not (_lost_creation_race(exc) and pending.created_by_another()):
                 raise
 
     def _create_as_select(self, pending: DeltaCommit, batch: DataFrame | None, data_schema: T.StructType | None,
@@ -154,7 +141,7 @@ class DeltaWriter:
         except Exception as exc:
             # Another run is creating the table (Delta says so in several ways, depending on how
             # far its commit had got): once it has, write into it as usual; the cursor check decides.
-            if _lost_creation_race(exc) and _created_by_another(pending):
+            if _lost_creation_race(exc) and pending.created_by_another():
                 raise TableAlreadyExists(str(table)) from exc
             raise
         finally:
