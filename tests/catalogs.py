@@ -259,6 +259,13 @@ def assert_other_readers_agree(catalog: Catalog, spark: Any, table: Any) -> None
     assert current.summary.additional_properties.get(STATE_PROPERTY) == spark_summary.get(STATE_PROPERTY)
 
 
+def delta_by_spark_only(monkeypatch) -> None:
+    """Every Delta write takes the Spark path (its statements and idempotent write), not delta-rs's."""
+    from dagster_incremental.spark.delta import writer
+
+    monkeypatch.setattr(writer, "write_in_process", lambda *args, **kwargs: None)
+
+
 def assert_delta_rs_agrees(spark: Any, table: Any, storage_options: Mapping[str, str] | None = None) -> None:
     """delta-rs reads the Delta table Spark wrote: the same rows, and the newest cursor Spark's
     history shows is in delta-rs's history of the same version."""

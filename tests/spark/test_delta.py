@@ -19,12 +19,11 @@ from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
-from dagster_incremental.spark.delta import in_process
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
-from catalogs import assert_delta_rs_agrees, delta_catalog
+from catalogs import assert_delta_rs_agrees, delta_by_spark_only, delta_catalog
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +48,7 @@ def test_a_commit_another_cursor_commit_overtook_writes_nothing(spark, delta_tab
     """Two runs that read the same cursor: the first commits; the second, whose check saw the
     counter before the first moved it, is skipped by Delta itself and refused; its rows are not
     in the table, its cursor is not the table's."""
-    monkeypatch.setattr(in_process, "MAX_ROWS", 0)  # the Spark path's statement and its idempotent write
+    delta_by_spark_only(monkeypatch)  # the Spark path's statement and its idempotent write
     spec = WriteSpec(table=delta_table, disposition="append")
     writer = DeltaWriter(spark)
     first = writer.write(spec, pa.Table.from_pylist([{"id": 1}]), commit=CommitInfo(state={"last_value": 1}, run_id="r1"))
@@ -69,7 +68,7 @@ def test_a_commit_another_cursor_commit_overtook_writes_nothing(spark, delta_tab
 def test_a_run_whose_check_passed_before_a_full_refresh_cannot_commit_after_it(spark, delta_table, monkeypatch):
     """A full refresh replaces the cursor unchecked, but moves the counter: a run that checked
     the old cursor just before it is skipped by Delta and refused; the table is the refresh's."""
-    monkeypatch.setattr(in_process, "MAX_ROWS", 0)  # the Spark path's statement and its idempotent write
+    delta_by_spark_only(monkeypatch)  # the Spark path's statement and its idempotent write
     spec = WriteSpec(table=delta_table, disposition="append")
     writer = DeltaWriter(spark)
     created = writer.write(spec, pa.Table.from_pylist([{"id": 0}]), commit=CommitInfo(state={"last_value": 0}, run_id="r0"))
@@ -91,7 +90,7 @@ def test_a_run_whose_check_passed_before_a_full_refresh_cannot_commit_after_it(s
 def test_a_full_refresh_overtaken_by_a_cursor_commit_is_written_again_on_top(spark, delta_table, monkeypatch):
     """A full refresh whose counter another run took first writes nothing that time (BaseMoved);
     written again, it replaces the table and the cursor as a full refresh does."""
-    monkeypatch.setattr(in_process, "MAX_ROWS", 0)  # the Spark path's statement and its idempotent write
+    delta_by_spark_only(monkeypatch)  # the Spark path's statement and its idempotent write
     spec = WriteSpec(table=delta_table, disposition="append")
     writer = DeltaWriter(spark)
     created = writer.write(spec, pa.Table.from_pylist([{"id": 0}]), commit=CommitInfo(state={"last_value": 0}, run_id="r0"))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalogs import assert_delta_rs_agrees
+from catalogs import assert_delta_rs_agrees, delta_by_spark_only
 from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta import in_process
@@ -84,11 +84,11 @@ def _same_as_spark(spark, spark_warehouse, monkeypatch, first, history):
     for state, (disposition, rows, both_by_spark) in enumerate(steps):
         with monkeypatch.context() as m:
             if both_by_spark:
-                m.setattr(in_process, "MAX_ROWS", 0)
+                delta_by_spark_only(m)
             mine = write(spark, ours, disposition, rows, state)
         assert ("delta-rs" in engine(ours, mine.snapshot_id)) is not both_by_spark
         with monkeypatch.context() as m:
-            m.setattr(in_process, "MAX_ROWS", 0)
+            delta_by_spark_only(m)
             spark_made = write(spark, theirs, disposition, rows, state)
         assert "delta-rs" not in engine(theirs, spark_made.snapshot_id)
         assert table_rows(spark, ours) == table_rows(spark, theirs)
@@ -170,3 +170,18 @@ def test_on_s3_the_in_process_commit_is_made_by_delta_rs_and_read_back(spark, ca
     assert table_rows(spark, table) == [(1, "a", 1.0, AT), (2, "B", 2.0, AT), (3, "c", 3.0, AT)]
     assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 1}
     assert_delta_rs_agrees(spark, table, catalog.delta_rs_options())
+
+
+def test_only_an_upsert_into_an_existing_table_is_bounded_in_rows(spark, spark_warehouse, monkeypatch):
+    """A first load and an append of any batch held in memory are delta-rs's; an upsert into
+    the table past MAX_MERGE_ROWS is Spark's MERGE (delta-rs would hold the touched files)."""
+    monkeypatch.setattr(in_process, "MAX_MERGE_ROWS", 2)
+    table = new_table(spark_warehouse)
+    three = [(1, "a", 1.0), (2, "b", 2.0), (3, "c", 3.0)]
+    created = write(spark, table, "upsert", three, 0)
+    appended = write(spark, table, "append", [(4, "d", 4.0), (5, "e", 5.0), (6, "f", 6.0)], 1)
+    upserted = write(spark, table, "upsert", [(1, "A", 1.0), (7, "g", 7.0), (8, "h", 8.0)], 2)
+    small = write(spark, table, "upsert", [(2, "B", 2.0)], 3)
+    assert ["delta-rs" in engine(table, made.snapshot_id) for made in (created, appended, upserted, small)] == [
+        True, True, False, True]
+    assert (upserted.rows_inserted, upserted.rows_updated, small.row_count) == (2, 1, 8)
