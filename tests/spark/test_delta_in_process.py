@@ -18,6 +18,7 @@ from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta import in_process
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
@@ -185,3 +186,31 @@ def test_only_an_upsert_into_an_existing_table_is_bounded_in_rows(spark, spark_w
     assert ["delta-rs" in engine(table, made.snapshot_id) for made in (created, appended, upserted, small)] == [
         True, True, False, True]
     assert (upserted.rows_inserted, upserted.rows_updated, small.row_count) == (2, 1, 8)
+
+
+def spilled(rows: list[tuple]) -> LocalRows:
+    """The rows as a batch spilled to disk, one spill file per row."""
+    local = LocalRows(spill_bytes=1)
+    for row in rows:
+        local.add(batch([row]))
+    return local.finish()
+
+
+def test_a_batch_spilled_to_disk_is_created_and_appended_from_its_spill_files(spark, spark_warehouse):
+    """A batch too large to hold in memory streams from its spill files into delta-rs's commit
+    (a first load, an append); an upsert of one is Spark's MERGE. Same rows as the batches."""
+    table = new_table(spark_warehouse)
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer = DeltaWriter(spark)
+    first = spilled([(1, "a", 1.0), (2, "b", None), (3, "c", 3.0)])
+    assert first.spilled
+    created = writer.write(spec, first, commit=CommitInfo(state={"last_value": 0}), deduplicated=True)
+    appended = writer.write(WriteSpec(table=table, disposition="append"), spilled([(4, "d", 4.0), (5, "e", 5.0)]),
+                            commit=CommitInfo(state={"last_value": 1}))
+    upserted = writer.write(spec, spilled([(1, "A", 1.5), (6, "f", 6.0)]), commit=CommitInfo(state={"last_value": 2}),
+                            deduplicated=True)
+    assert ["delta-rs" in engine(table, made.snapshot_id) for made in (created, appended, upserted)] == [True, True, False]
+    assert (created.rows_inserted, appended.rows_inserted, upserted.rows_inserted, upserted.rows_updated) == (3, 2, 1, 1)
+    assert table_rows(spark, table) == [(1, "A", 1.5, AT), (2, "b", None, AT), (3, "c", 3.0, AT), (4, "d", 4.0, AT),
+                                        (5, "e", 5.0, AT), (6, "f", 6.0, AT)]
+    assert_delta_rs_agrees(spark, table)

@@ -1,5 +1,5 @@
-"""A small local batch appended or upserted into its Delta table by delta-rs, in this process: no
-Spark job. The writer takes the Spark path whenever this says None (nothing was committed then).
+"""A local batch appended or upserted into its Delta table by delta-rs, in this process: no Spark
+job. The writer takes the Spark path whenever this says None (nothing was committed then).
 
 Why: a sensor's change run of a few hundred rows spent most of its time in Delta's MERGE job
 (about 3 s warm), and a first load in Delta's CREATE TABLE ... AS SELECT; delta-rs makes the same
@@ -13,8 +13,8 @@ Spark path does. On S3 it runs under the table's commit lease, as every write do
 
 Taken for: an append, and an upsert whose batch is already one row per key and has no
 tombstones, into an unpartitioned table without table properties (new, or existing with columns
-the batch fits without a change), of rows held in memory (not spilled), an upsert into an
-existing table of at most MAX_MERGE_ROWS, when delta-rs (`deltalake`, the `delta` extra) is
+the batch fits without a change); an upsert into an existing table of at most MAX_MERGE_ROWS
+held in memory (not spilled), when delta-rs (`deltalake`, the `delta` extra) is
 installed. The Spark path evolves schemas and runs every other strategy.
 """
 
@@ -37,8 +37,8 @@ from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, Wri
 # Larger upserts into an existing table take Spark's MERGE: delta-rs reads the files a merge
 # touches into this process. Measured on 1M-row tables (bench/README.md, "Session 17"): 100k
 # changes 0.45 s vs Spark's 16 - 26 s, 1M changes 1.0 s vs 71 s, this process's memory the same.
-# Appends and first loads have no bound but memory (a spilled batch is Spark's): 1M rows 0.45 s
-# vs 90 s for Spark's CREATE ... AS SELECT.
+# Appends and first loads have no bound: a batch spilled to disk streams from its spill files.
+# 1M rows 0.45 s vs 90 s for Spark's CREATE ... AS SELECT.
 MAX_MERGE_ROWS = 1_000_000
 
 
@@ -60,13 +60,13 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
             return _create(pending, rows, options, time_zone)
         except _CreatedByAnother:
             pass  # written into as usual: the cursor check decides
-    if spec.disposition == "merge" and rows.num_rows > MAX_MERGE_ROWS:
+    if spec.disposition == "merge" and (rows.spilled or rows.num_rows > MAX_MERGE_ROWS):
         return None
     try:
         target = DeltaTable(spec.table.location, storage_options=options)
     except Exception:  # noqa: BLE001 - a table delta-rs cannot open: Spark writes it
         return None
-    data = _fitted(rows.table(), pa.schema(target.schema().to_arrow()), time_zone)
+    data = _data(rows, pa.schema(target.schema().to_arrow()), time_zone)
     if data is None:
         return None
     before = target.version()
@@ -96,7 +96,7 @@ def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time
         table_schema = pa.schema(Schema.from_json(schema.json()).to_arrow())
     except Exception:  # noqa: BLE001 - a Spark type delta-rs lacks: Spark creates the table
         return None
-    data = _fitted(rows.table().drop_columns(list(untyped)), table_schema, time_zone)
+    data = _data(rows, table_schema, time_zone, leave_out=untyped)
     if data is None:
         return None
     properties = CommitProperties(custom_metadata={"userMetadata": state_json(dict(pending.properties))})
@@ -113,7 +113,7 @@ def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time
 
 
 def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
-    if rows.num_rows == 0 or rows.spilled:
+    if rows.num_rows == 0:
         return False
     if any(c.startswith(HELPER_PREFIX) for c in rows.column_names) or spec.partition_by:
         return False
@@ -123,26 +123,48 @@ def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
             and spec.hard_delete_column is None and set(spec.primary_key) <= set(rows.column_names))
 
 
-def _fitted(batch: pa.Table, table_schema: pa.Schema, time_zone: str) -> pa.Table | None:
-    """`batch` with the table's columns and types (absent columns null; a timestamp without a
-    zone read in `time_zone`, as Spark reads it); None when a column is one the table lacks or of
-    another type (Spark evolves the table, or refuses the change)."""
-    if not set(batch.column_names) <= set(table_schema.names):
+def _data(rows: LocalRows, table_schema: pa.Schema, time_zone: str,
+          leave_out: tuple[str, ...] = ()) -> pa.Table | pa.RecordBatchReader | None:
+    """The rows (but the columns `leave_out`) in the table's columns and types: in memory a
+    table, spilled a stream of the spill files one at a time; None when they do not fit."""
+    if not rows.spilled:
+        return _fitted(rows.table().drop_columns(list(leave_out)), table_schema, time_zone)
+    if not _fits(pa.schema([f for f in rows.schema if f.name not in leave_out]), table_schema):
         return None
+    batches = (batch for chunk in rows.chunks()
+               for batch in _conformed(chunk.drop_columns(list(leave_out)), table_schema, time_zone).to_batches())
+    return pa.RecordBatchReader.from_batches(table_schema, batches)
+
+
+def _fitted(batch: pa.Table, table_schema: pa.Schema, time_zone: str) -> pa.Table | None:
+    """`batch` conformed to the table's schema; None when it does not fit (Spark evolves the
+    table, or refuses the change)."""
+    if not _fits(batch.schema, table_schema):
+        return None
+    try:
+        return _conformed(batch, table_schema, time_zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+
+
+def _fits(schema: pa.Schema, table_schema: pa.Schema) -> bool:
+    """Whether every column is one the table has, of the same Spark type."""
+    return set(schema.names) <= set(table_schema.names) and all(
+        _same_type(field.type, table_schema.field(field.name).type) for field in schema)
+
+
+def _conformed(batch: pa.Table, table_schema: pa.Schema, time_zone: str) -> pa.Table:
+    """`batch` with the table's columns and types: absent columns null, a timestamp without a
+    zone read in `time_zone` (as Spark reads it). Raises where a value does not convert."""
     columns = []
     for field in table_schema:
         if field.name not in batch.column_names:
             columns.append(pa.nulls(batch.num_rows, field.type))
             continue
         column = batch.column(field.name)
-        if not _same_type(column.type, field.type):
-            return None
-        try:
-            if pa.types.is_timestamp(column.type) and column.type.tz is None and field.type.tz is not None:
-                column = pc.assume_timezone(column, timezone=time_zone)
-            columns.append(column.cast(field.type, safe=True))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return None
+        if pa.types.is_timestamp(column.type) and column.type.tz is None and field.type.tz is not None:
+            column = pc.assume_timezone(column, timezone=time_zone)
+        columns.append(column.cast(field.type, safe=True))
     return pa.Table.from_arrays(columns, schema=table_schema)
 
 
@@ -157,7 +179,7 @@ def _same_type(batch: pa.DataType, table: pa.DataType) -> bool:
     return any(t(batch) for t in strings) and any(t(table) for t in strings)
 
 
-def _commit(pending: DeltaCommit, target: Any, data: pa.Table, count: int | None) -> bool:
+def _commit(pending: DeltaCommit, target: Any, data: pa.Table | pa.RecordBatchReader, count: int | None) -> bool:
     """Commit `data`; False when delta-rs cannot write this table (a table feature it lacks):
     nothing was written, Spark writes it."""
     from deltalake import CommitProperties, Transaction, write_deltalake
