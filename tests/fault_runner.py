@@ -87,6 +87,9 @@ def main() -> int:
 
         local_merge._commit = die_instead
         local_append.LocalAppend.commit = die_instead
+        from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+
+        HadoopFolderCatalog.commit_table = die_instead  # pyiceberg's commit (no JVM)
     elif point == "during-commit":
         # Die while the commit statement runs: a timer fires shortly after it starts (before,
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
@@ -113,9 +116,29 @@ def main() -> int:
             return original_local(*args, **kwargs)
 
         delta_in_process._commit = dying_local  # local rows into Delta: delta-rs's commit
+        from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+
+        original_place = HadoopFolderCatalog.commit_table
+
+        def dying_place(self, *args, **kwargs):
+            threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
+            return original_place(self, *args, **kwargs)
+
+        HadoopFolderCatalog.commit_table = dying_place  # pyiceberg's commit into a Hadoop folder
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             writer.write = _then_die(writer.write)
+        from dagster_incremental.spark.local import python_write
+
+        committed_by_pyiceberg = python_write.write_in_python
+
+        def commit_then_die(*args, **kwargs):
+            result = committed_by_pyiceberg(*args, **kwargs)
+            if result is not None:  # None: nothing committed, the JVM's writer (patched above) goes on
+                die()
+            return result
+
+        python_write.write_in_python = commit_then_die
     elif point == "event-recording":
         from dagster._core.instance import DagsterInstance
 

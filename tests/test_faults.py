@@ -228,6 +228,7 @@ def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, catal
 KILLS = [
     ("append", "after-commit"),
     ("upsert", "event-recording"),
+    ("upsert", "before-commit"),
     ("delete-insert", "during-commit"),
     ("scd2", "mid-stream"),
 ]

@@ -22,8 +22,13 @@ EXPECTED = [(1, "new"), (2, "paid"), (3, "new"), (4, "new")]
 
 
 @pytest.fixture
-def orders_table(spark, spark_warehouse, instance, tmp_path) -> tuple[str, str]:
-    """(the table's folder in the default Hadoop warehouse, its Spark name) after two runs."""
+def orders_table(spark, spark_warehouse, instance, tmp_path, monkeypatch) -> tuple[str, str]:
+    """(the table's folder in the default Hadoop warehouse, its Spark name) after two runs; the
+    change run writes position deletes (as a change scattered over a large table does)."""
+    from dagster_incremental.spark.local import python_write
+
+    monkeypatch.setattr(python_write, "MAX_REWRITE_ROWS", 0)
+    monkeypatch.setattr(python_write, "MAX_REWRITE_ROWS_WITH_JVM", 0)
     namespace = "engines_" + uuid.uuid4().hex[:6]
     config = tmp_path / "config.toml"
     config.write_text('[assets.orders.updated_at]\ncursor_path = "updated_at"\n'

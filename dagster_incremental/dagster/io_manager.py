@@ -133,8 +133,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         """The process's SparkSession for this destination (built once, on first use)."""
         return self.tables.spark
 
-    def start_spark_in_background(self) -> None:
-        self.tables.start_in_background()
+    def start_spark_in_background(self, spec: WriteSpec | None = None) -> None:
+        """Start the JVM while the asset function extracts, unless `spec`'s write needs none."""
+        self.tables.start_in_background(spec)
 
     def _spark_conf(self) -> dict[str, str]:
         """The session's flat conf; secrets are read here, at first use, never kept in a field."""

@@ -284,7 +284,7 @@ class Runner:
         output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
         io, spec = run.io, run.spec
         try:
-            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background,
+            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=lambda: io.start_spark_in_background(spec),
                                    collect_frames_up_to=run.collect_up_to)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except (CursorRowError, PrimaryKeyMissing) as exc:  # add where the option it blames is set

@@ -10,6 +10,7 @@ never start Spark.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -60,13 +61,16 @@ class TableService:
                     self._session = build_spark_session(dict(self.conf))
         return self._session
 
-    def start_in_background(self) -> None:
+    def start_in_background(self, spec: WriteSpec | None = None) -> None:
         """Start the session on a daemon thread, so the JVM starts while the asset function is
-        still extracting; `spark` then waits for it. A failure surfaces at that first use."""
+        still extracting; `spec`'s write then waits for it. A failure surfaces at that first use.
+        Not for a write pyiceberg is likely to commit (a JVM would only slow the process down)."""
         from dagster_incremental.spark.java_check import java_binary
 
         if self._session is not None or self._starting or java_binary() is None:
             return  # without Java, the run's own first use says what to install
+        if spec is not None and self._python_may_commit(spec):
+            return
         self._starting = True
         # pyspark is imported here, on the run's thread (~0.2 s): imported by both threads at
         # once, it half-initialises in one of them ("partially initialized module 'pyspark.sql'").
@@ -194,9 +198,41 @@ class TableService:
             if batch.spec.disposition != "replace" or not unchanged.row_count:
                 return unchanged, batch.expected_snapshot_id
         with files.commit_lock():
-            result = self._write_guarded(batch, asset)
+            result = self._write_in_python(batch, asset, files) or self._write_guarded(batch, asset)
             self._compact_if_needed(log, table, result)
         return result, result.snapshot_id
+
+    def _write_in_python(self, batch: IncrementalBatch, asset: str, files: TableFiles) -> WriteResult | None:
+        """The commit made by pyiceberg when the table is a folder here and the batch is local
+        rows it can write (spark/local/python_write.py); None: the writer's paths."""
+        if files.location is None or files.metadata is None:
+            return None
+        from dagster_incremental.spark.commit import StaleCursor
+        from dagster_incremental.spark.local.python_write import write_in_python
+
+        session = self._session or _started_session()
+        try:
+            result = write_in_python(files.location, batch, self._case_sensitive, jvm_running=session is not None)
+        except StaleCursor as exc:
+            raise stale_error(asset, batch.spec.table, exc.run_id) from None
+        if result is not None and session is not None:
+            # this process's Spark catalog caches the table: its next read must see this commit
+            session.catalog.refreshTable(batch.spec.table.sql)
+        return result
+
+    def _python_may_commit(self, spec: WriteSpec) -> bool:
+        """Whether the table and disposition let pyiceberg commit local rows (the batch decides
+        the rest: see python_write.py)."""
+        from dagster_incremental.spark.local.python_write import takes
+
+        if not takes(spec):
+            return False
+        files = self.files(spec.table)
+        return files.location is not None and files.metadata is not None and files.metadata.current_snapshot_id() is not None
+
+    @property
+    def _case_sensitive(self) -> bool:
+        return str(self.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
 
     def _write_guarded(self, batch: IncrementalBatch, asset: str) -> WriteResult:
         """The writer's one commit; for a cursor-carrying run a compare-and-set on the snapshot
@@ -254,6 +290,15 @@ class TableService:
             f"{table.display}: folded {result.position_deletes} deleted rows "
             f"({result.delete_files} delete files) into the data files: {done}"
         )
+
+
+def _started_session() -> Any:
+    """The process's SparkSession if one was started (never starts one)."""
+    if "pyspark.sql" not in sys.modules:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession._instantiatedSession
 
 
 def stale_error(asset: str, table: TableRef, other: str | None) -> ConcurrentRunError:

@@ -82,6 +82,27 @@ def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, inst
     assert not table_exists(spark, io(), "orders")
 
 
+@pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
+def test_a_change_run_on_the_embedded_default_starts_no_jvm(spark, instance, setup, monkeypatch):
+    """Local rows into an existing table in a Hadoop folder: pyiceberg commits them, with the
+    cursor, and Spark is never started (a fresh process's run then costs no JVM)."""
+    orders, source, io = setup
+    assert dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET).success
+    source["rows"] = [{"id": 2, "updated_at": "2024-01-05T00:00:00Z"}, {"id": 4, "updated_at": "2024-01-06T00:00:00Z"}]
+    no_spark(monkeypatch)
+    second = dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET)
+    assert second.success
+    after = metadata(second)
+    assert (after["dagster_incremental/rows_inserted"], after["dagster_incremental/rows_updated"]) == (1, 1)
+    assert after["dagster/row_count"] == 4
+    assert after["dagster_incremental/state"]["last_value"] == "2024-01-06T00:00:00Z"
+    monkeypatch.undo()
+    table = io().table_name(dg.AssetKey("orders"))
+    rows = spark.sql(f"SELECT id, updated_at FROM {table.sql} ORDER BY id").collect()
+    assert [(r.id, r.updated_at.isoformat()) for r in rows] == [
+        (1, "2024-01-01T00:00:00"), (2, "2024-01-05T00:00:00"), (3, "2024-01-03T00:00:00"), (4, "2024-01-06T00:00:00")]
+
+
 SCD2_WARNING = "no merge_key retires every current row whose key is missing from a batch"
 
 
