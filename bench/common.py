@@ -344,6 +344,8 @@ def markdown(header: list[str], rows: list[list[Any]]) -> str:
 
 def run_json(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[dict, float]:
     """Run one benchmark process; returns its last JSON line and the process's wall seconds.
+    The record gets `process_peak_mb`: the peak resident memory of the process and of the
+    children it waited for (a JVM included), from the kernel's account of it (wait4).
 
     TMPDIR points at a folder removed afterwards, so the temp files of the peers (which clean up
     after themselves only on success) go away too.
@@ -353,19 +355,25 @@ def run_json(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tu
     log("$", " ".join(cmd))
     tmp = tempfile.mkdtemp(prefix="bench_run_")
     try:
-        t = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                              env={**os.environ, **(env or {}), "TMPDIR": tmp})
-        wall = round(time.perf_counter() - t, 3)
+        with open(Path(tmp) / "out", "w+") as out, open(Path(tmp) / "err", "w+") as err:
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, text=True,
+                                    env={**os.environ, **(env or {}), "TMPDIR": tmp})
+            _, status, usage = os.wait4(proc.pid, 0)
+            wall = round(time.perf_counter() - t, 3)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0), err.seek(0)
+            stdout, stderr = out.read(), err.read()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
+        sys.stderr.write(stderr[-4000:])
         raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     record = json.loads(lines[-1]) if lines else {}
     record.setdefault("loadavg", [round(x, 2) for x in os.getloadavg()])
-    log(f"  {wall} s  {lines[-1][:300] if lines else ''}")
+    record["process_peak_mb"] = round(usage.ru_maxrss / 1024)  # Linux reports KiB
+    log(f"  {wall} s  {record['process_peak_mb']} MB  {lines[-1][:300] if lines else ''}")
     return record, wall
 
 

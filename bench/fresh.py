@@ -22,7 +22,9 @@ order reverses every other repeat.
 
 Prints ONE JSON line (every process's seconds, medians, ratios: ours' first run / each peer's,
 target <= 0.8 against plain Spark; ours' change run / each peer's, target <= 1.0 against
-dagster-iceberg and dlt+delta; no-op / trivial, target <= 1.3) and markdown tables on stderr.
+dagster-iceberg and dlt+delta, and / the trivial asset's, <= 1.3; no-op / trivial, <= 1.1; the
+change run's peak memory / dagster-iceberg's, <= 1.2) and markdown tables on stderr. Peak memory
+is each process's resident peak with the children it waited for (a JVM included).
 Every first run must load `--rows` rows and every change run end with `--rows + changes - changes // 2`.
 """
 
@@ -35,25 +37,27 @@ import sys
 from pathlib import Path
 
 from bench import common
-from bench.compare import PEERS, REPO, WORKLOAD, label
+from bench.compare import PEERS, REPO, WORKLOAD
 from bench.orders import CONFIG
 
-TARGETS = {"first_vs_plain": 0.8, "change_vs_dgi": 1.0, "change_vs_dlt": 1.0, "noop_vs_trivial": 1.3}
+TARGETS = {"first_vs_plain": 0.8, "change_vs_dgi": 1.0, "change_vs_dlt": 1.0, "change_vs_trivial": 1.3,
+           "noop_vs_trivial": 1.1, "change_memory_vs_dgi": 1.2}
 
 
-def materialize(wd: common.Workdir, asset: str, run: str, rows: int, changes: int) -> tuple[float, int | None]:
-    """One `dagster asset materialize` process; its wall seconds and the asset's row count after."""
+def materialize(wd: common.Workdir, asset: str, run: str, rows: int, changes: int) -> tuple[float, int | None, int]:
+    """One `dagster asset materialize` process; its wall seconds, the asset's row count after and
+    the process's peak memory (MB)."""
     import dagster as dg
 
     env = {"BENCH_FRESH_CONFIG": str(wd.config), "BENCH_FRESH_WAREHOUSE": str(wd.warehouse),
            "BENCH_FRESH_RUN": run, "BENCH_FRESH_ROWS": str(rows), "BENCH_FRESH_CHANGES": str(changes)}
     cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "bench.fresh_location",
            "--select", asset, "--config-json", json.dumps(common.QUIET)]
-    _, wall = common.run_json(cmd, REPO, env)
+    record, wall = common.run_json(cmd, REPO, env)
     with dg.DagsterInstance.get() as instance:  # the temp DAGSTER_HOME the process used
         event = instance.get_latest_materialization_event(dg.AssetKey(asset))
     count = event.asset_materialization.metadata.get("dagster/row_count") if event else None
-    return wall, count.value if count else None
+    return wall, count.value if count else None, record["process_peak_mb"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
                      *(["--destination", "delta"] if p == "dlt" else [])] for p in peers}
     keys = ["ours_first", "ours_change", "noop", "trivial", *peers, *(f"{p}_change" for p in peers)]
     seconds: dict[str, list[float]] = {k: [] for k in keys}
+    peak_mb: dict[str, list[int]] = {k: [] for k in keys}
     rows: dict[str, set] = {k: set() for k in keys}
     units = ["ours", "trivial", *peers]
     for rep in range(args.repeats):
@@ -87,30 +92,37 @@ def main(argv: list[str] | None = None) -> dict:
             for unit in units if rep % 2 == 0 else units[::-1]:
                 if unit == "ours":  # in this order: the no-op needs the table and its cursor
                     for key, run in (("ours_first", "0"), ("ours_change", "1"), ("noop", "empty")):
-                        wall, n = materialize(wd, "orders", run, args.rows, args.changes)
+                        wall, n, peak = materialize(wd, "orders", run, args.rows, args.changes)
                         seconds[key].append(wall)
+                        peak_mb[key].append(peak)
                         rows[key].add(n)
                 elif unit == "trivial":
-                    seconds["trivial"].append(materialize(wd, "trivial", "0", args.rows, args.changes)[0])
+                    wall, _, peak = materialize(wd, "trivial", "0", args.rows, args.changes)
+                    seconds["trivial"].append(wall)
+                    peak_mb["trivial"].append(peak)
                 else:
                     folder = wd.root / f"peer_{unit}"  # both processes continue one table
                     for key, first in ((unit, "0"), (f"{unit}_change", "1")):
                         record, wall = common.run_json(
                             [*peer_cmds[unit], "--dir", str(folder), "--first-run", first], REPO)
                         seconds[key].append(wall)
+                        peak_mb[key].append(record["process_peak_mb"])
                         rows[key].add(record.get("table_rows"))
 
     median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
     ratios = {f"first_vs_{p}": common.ratio(median["ours_first"], median[p]) for p in peers}
     ratios |= {f"change_vs_{p}": common.ratio(median["ours_change"], median[f"{p}_change"]) for p in peers}
+    ratios["change_vs_trivial"] = common.ratio(median["ours_change"], median["trivial"])
     ratios["noop_vs_trivial"] = common.ratio(median["noop"], median["trivial"])
+    peak = {k: statistics.median(v) for k, v in peak_mb.items() if v}
+    ratios |= {f"change_memory_vs_{p}": common.ratio(peak["ours_change"], peak[f"{p}_change"]) for p in peers}
     targets = {k: t for k, t in TARGETS.items() if k in ratios}
     first_rows = {n for k in ("ours_first", *peers) for n in rows[k]}
     after_change = args.rows + args.changes - args.changes // 2  # half the change rows are new ids
     change_rows = {n for k in ("ours_change", *(f"{p}_change" for p in peers)) for n in rows[k]}
     record = {
         "bench": "fresh", "rows": args.rows, "changes": args.changes, "repeats": args.repeats,
-        "seconds": seconds, "median": median, "ratios": ratios, "targets": targets,
+        "seconds": seconds, "median": median, "peak_mb": peak_mb, "median_peak_mb": peak, "ratios": ratios, "targets": targets,
         "meets": {k: ratios[k] is not None and ratios[k] <= t for k, t in targets.items()},
         "table_rows": {k: [*v] for k, v in rows.items() if k != "trivial"},
         "same_first_run_rows": first_rows == {args.rows},
@@ -135,17 +147,21 @@ def tables(record: dict, peers: list[str]) -> str:
         return f"{rat[key]:.2f}" + (f" (≤ {t:g}: {'met' if rat[key] <= t else 'no'})" if t else "")
 
     n = record["repeats"]
-    runs = [[label("ours"), common.seconds(med["ours_first"]), ""]]
+    ours = "ours (dagster-incremental, iceberg)"
+    runs = [[ours, common.seconds(med["ours_first"]), ""]]
     runs += [[PEERS[p][0], common.seconds(med[p]), cell(f"first_vs_{p}")] for p in peers]
-    change = [[label("ours"), common.seconds(med["ours_change"]), ""]]
-    change += [[PEERS[p][0], common.seconds(med[f"{p}_change"]), cell(f"change_vs_{p}")] for p in peers]
+    mem = record["median_peak_mb"]
+    change = [[ours, common.seconds(med["ours_change"]), cell("change_vs_trivial") + " (vs trivial)", f"{mem['ours_change']:.0f} MB", ""]]
+    change += [[PEERS[p][0], common.seconds(med[f"{p}_change"]), cell(f"change_vs_{p}"), f"{mem[f'{p}_change']:.0f} MB",
+                cell(f"change_memory_vs_{p}")] for p in peers]
     noop = [["ours, no-op (source returns nothing)", common.seconds(med["noop"]), cell("noop_vs_trivial")],
             ["trivial `@dg.asset` returning None", common.seconds(med["trivial"]), ""]]
     return "\n\n".join([
         common.markdown([f"fresh process, first run: {record['rows']:,} rows (median of {n})", "wall time",
                          "ours' first run / this"], runs),
         common.markdown([f"fresh process, change run: {record['changes']:,} rows into {record['rows']:,} "
-                         f"(median of {n})", "wall time", "ours' change run / this"], change),
+                         f"(median of {n})", "wall time", "ours' change run / this", "peak memory",
+                         "ours' peak / this"], change),
         common.markdown([f"fresh process, nothing new (median of {n})", "wall time", "ours / trivial"], noop),
         f"load avg {record['loadavg']} on {record['cpus']} cores at the end, {record['utc']}",
     ])
