@@ -90,7 +90,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 def jdbc_catalog_conf(catalog: str, server: PostgresServer, warehouse: str) -> dict[str, str]:
-    """The README's JDBC-catalog recipe: `[spark.conf]` keys of an Iceberg JdbcCatalog."""
+    """docs/clusters-and-catalogs.md's JDBC-catalog recipe: `[spark.conf]` keys of an Iceberg JdbcCatalog."""
     prefix = f"spark.sql.catalog.{catalog}"
     return {
         prefix: "org.apache.iceberg.spark.SparkCatalog",

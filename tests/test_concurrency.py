@@ -50,7 +50,7 @@ def race(spark, spark_warehouse, tmp_path_factory):
     base = tmp_path_factory.mktemp("race")
     home = base / "dagster_home"
     home.mkdir()
-    # The documented setup (README "Concurrency"): every pool limited to one run, so each
+    # The documented setup (docs/concurrency-and-guarantees.md, "Concurrency"): every pool limited to one run, so each
     # incremental asset's pool (incremental/<asset>) makes the second run wait its turn.
     (home / "dagster.yaml").write_text(
         "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n"

@@ -309,7 +309,7 @@ def _table_files(spark, table: str) -> set[str]:
 def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(spark, catalog, kill_env):
     """A run killed as its commit starts has written its Parquet files (the local write path):
     they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
-    removal (README, "Behaviour worth knowing"), listing the table's location through its FileIO,
+    removal (docs/performance.md, Iceberg settings), listing the table's location through its FileIO,
     deletes exactly them."""
     base, home, namespace, config = kill_env
     io = catalog.io_manager(namespace)
@@ -343,7 +343,7 @@ def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(
 
 
 def remove_orphan_files(spark, table: str) -> set[str]:
-    """README's maintenance recipe (`remove_orphan_files` with `prefix_listing => true`: the
+    """docs/performance.md's maintenance recipe (`remove_orphan_files` with `prefix_listing => true`: the
     table's location listed through its FileIO, so S3 needs no Hadoop S3 file system), as
     Iceberg's action it calls, with the age limit at now instead of the procedure's 24 hours
     at least: nothing else writes to this table now, and the test cannot wait a day."""

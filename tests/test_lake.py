@@ -50,7 +50,7 @@ def test_pyiceberg_commits_with_properties_a_stale_commit_is_refused_and_duckdb_
     reread = catalog.load_table((namespace, "t"))
     assert "moved" not in reread.properties
     assert sorted(reread.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
-    # DuckDB reads it through pyiceberg's scan (README, "Reading the tables from other engines")
+    # DuckDB reads it through pyiceberg's scan (docs/other-engines.md)
     duck = reread.scan().to_duckdb(table_name="t")
     assert duck.execute("SELECT count(*), sum(id) FROM t").fetchone() == (3, 6)
 

@@ -1,4 +1,4 @@
-"""The README's recipes for reading the tables without Dagster: pyiceberg (no JVM), DuckDB through
+"""docs/other-engines.md's recipes for reading the tables without Dagster: pyiceberg (no JVM), DuckDB through
 pyiceberg's Arrow scan, and Spark, all see the rows an upsert asset left after a change run (the
 change run's position deletes included)."""
 

@@ -112,8 +112,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def get_resource_definition(self) -> Any:
         """Dagster builds this when it loads the code location, after every module of it is
         imported: the moment the set of assets defined with config.toml is complete, so its asset
-        sections are checked here (a misspelt one fails the load; README "Settings: one schema,
-        checked before anything runs")."""
+        sections are checked here (a misspelt one fails the load; docs/configuration.md "Settings:
+        one schema, checked before anything runs")."""
         config_use.check_sections_at_load(self.config_path)
         return super().get_resource_definition()
 

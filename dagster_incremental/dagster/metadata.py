@@ -1,4 +1,4 @@
-"""Materialization metadata keys (the README lists them) and how values are rendered.
+"""Materialization metadata keys (the README's "What you see" lists them) and how values are rendered.
 
 One place for the key names, so the asset, the IO manager, the state store and the sensor agree.
 """

@@ -1,10 +1,11 @@
 """`python -m dagster_incremental state show|reset ASSET`: an asset's cursor without editing metadata.
 
-Why: the cursor lives in two places (the table commit and Dagster's materialization, README
-"Behaviour worth knowing"); `show` prints both and the one the next run continues from, `reset`
-records a runless materialization, the documented way to rewind or seed a cursor (it wins over
-the table's copy; the next run's commit carries it into the table). A reset while a run of the
-asset is queued or running is refused: that run would commit the cursor it read before.
+Why: the cursor lives in two places (the table commit and Dagster's materialization,
+docs/concurrency-and-guarantees.md "Where the cursor lives"); `show` prints both and the one the
+next run continues from, `reset` records a runless materialization, the documented way to rewind or
+seed a cursor (it wins over the table's copy; the next run's commit carries it into the table). A
+reset while a run of the asset is queued or running is refused: that run would commit the cursor it
+read before.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 #   the JVM cannot map an archive (it checks the runtime and class path itself), it starts
 #   without it, as if there were none.
 # - C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
-#   before the optimising compiler would pay off (see the README's benchmark section).
+#   before the optimising compiler would pay off (see docs/performance.md).
 #
 # And quiet: a log4j2 configuration at ERROR instead of Spark's WARN default, so a run's output
 # is not buried in Spark's start-up warnings. `spark.log.level` in `[spark.conf]` brings them back.

@@ -73,7 +73,7 @@ class TableFiles:
 
     def commit_lock(self) -> Any:
         """The table's cross-process commit lock when its catalog keeps it in local (or mounted)
-        files; elsewhere the catalog's own commit is the only guard (see README, Concurrency)."""
+        files; elsewhere the catalog's own commit is the only guard (see docs/concurrency-and-guarantees.md)."""
         if self.location is None:
             return contextlib.nullcontext()
         parts = [*self.table.namespace, self.table.name]

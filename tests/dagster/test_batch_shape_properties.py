@@ -9,10 +9,11 @@ row (typed or untyped: Arrow's null type, pandas' object column of None, Spark's
 from some rows, or missing from all (a new all-NULL column `extra` too). Key-adjacent columns
 (the hard_delete column `deleted`, the dedup_sort column `seq`) get the same treatment.
 
-After each run the table equals a plain-Python model (written from README's "Merge strategies"
-and "Behaviour worth knowing", not from the library's code); an empty batch changes nothing and
-counts (0, 0, 0), except `replace`, which empties its table. Shapes refused on purpose:
-- a merge batch with a NULL (or missing) primary key: a NULL key never matches (README);
+After each run the table equals a plain-Python model (written from docs/write-dispositions.md, not
+from the library's code); an empty batch changes nothing and counts (0, 0, 0), except `replace`,
+which empties its table. Shapes refused on purpose:
+- a merge batch with a NULL (or missing) primary key: a NULL key never matches
+  (docs/write-dispositions.md);
 - a merge batch lacking the hard_delete or dedup_sort column altogether (a misspelt hint:
   tests/spark/test_merge_strategies.py::test_configured_columns_must_be_in_the_batch).
 A refused run fails naming the asset and the column, and writes nothing (same rows, same

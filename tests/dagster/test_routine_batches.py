@@ -56,7 +56,7 @@ EMPTY_CASES = [
 
 @pytest.mark.parametrize("name,disposition,options", EMPTY_CASES, ids=[c[0] for c in EMPTY_CASES])
 def test_a_merge_whose_function_returns_an_empty_list_changes_nothing(spark, instance, io_manager, config_file, name, disposition, options):
-    """README: "a run that finds nothing new commits nothing" (dlt loads nothing for an empty resource)."""
+    """docs/performance.md: "a run that finds nothing new commits nothing" (dlt loads nothing for an empty resource)."""
     batches = [[{"id": 1, "day": 1, "val": "a", "gone": False, "seq": 1}], []]
     name = f"empty_{name}"
 

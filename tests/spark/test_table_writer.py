@@ -452,7 +452,7 @@ def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(s
 
 @pytest.mark.parametrize("strategy", ["delete-insert", "upsert"])
 def test_window_backfill_counts_the_net_change_of_the_window(spark, writer, table, strategy):
-    """A backfill reloading a window reports what changed in it (the README's row counts), not
+    """A backfill reloading a window reports what changed in it (docs/write-dispositions.md's row counts), not
     the rows the merge-on-read commit rewrote: identical rows count nothing."""
     spec = WriteSpec(table=table, disposition="merge", strategy=strategy, primary_key=("id",), cursor_column="day")
     day, other = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
