@@ -18,7 +18,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.cursor.spec import Incremental, incremental
 from dagster_incremental.errors import IncrementalSettingsWarning
 
-from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings
+from dagster_incremental.dagster.asset_settings import AssetSettings, columns_as_list, resolve_settings
 from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
 from dagster_incremental.dagster.upstream import changes_params
 
@@ -156,21 +156,25 @@ def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
 
 
 def _cursor_start(spec: Any) -> str:
-    """Where a cursor starts, as the asset's description says it (no initial_value: every row
-    of the first run, or of a partition's window)."""
+    """Where a cursor starts, as the asset's description says it (no initial_value: the first
+    run, or a partition's first run, loads every row it is given)."""
     if spec.initial_value is None:
-        return f"`{spec.cursor_path}` (no initial_value: the first run loads every row it is given)"
+        return f"`{spec.cursor_path}` from the first row (no initial_value)"
     return f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}"
 
 
-def _description(settings: AssetSettings) -> str:
-    lines = [settings.description.strip()] if settings.description else []
-    cursor_text = ", ".join(_cursor_start(spec) for spec in settings.cursors.values())
+def _incremental_on(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
+    """What the asset is incremental on: its cursors, and the upstreams whose changes it reads."""
+    parts = [_cursor_start(spec) for spec in settings.cursors.values()]
+    parts += [f"the changes of `{key.to_user_string()}` committed since the last run" for key in upstreams.values()]
+    return f"Incremental on {', '.join(parts)}" if parts else "Not incremental (each run loads what it is given)"
+
+
+def _description(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
+    lines = [columns_as_list(settings.description.strip())] if settings.description else []
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
     keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
-    lines.append(
-        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.display}."
-    )
+    lines.append(f"{_incremental_on(settings, upstreams)}; {write}{keys} into {settings.table.display}.")
     return "\n\n".join(lines)
 
 
@@ -204,7 +208,7 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
             name=settings.name,
             key_prefix=list(settings.key_prefix) or None,
             group_name=settings.group_name,
-            description=_description(settings),
+            description=_description(settings, changes_params(func)),
             partitions_def=settings.partitions_def,
             io_manager_key=io_manager_key,
             required_resource_keys={io_manager_key},
