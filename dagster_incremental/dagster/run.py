@@ -368,6 +368,8 @@ class Runner:
         partition with its own window and row figures (from `commits`, the range's commits)."""
         context, plan = run.context, run.plan
         run_md = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}
+        if run.change_reads:  # the cursor is a bare snapshot id: say what it means
+            run_md[md.UPSTREAM_READ] = md.json_value(self.upstream.described(run.io, run.change_reads))
         if not _partitioned(context):
             return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
         keys = context.partition_keys

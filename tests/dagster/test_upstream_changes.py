@@ -309,6 +309,12 @@ def test_a_delta_upstream_created_again_or_vacuumed_fails_until_a_full_refresh(s
     assert table(spark, io_manager, "copy", "id") == [(7,), (8,)]
 
 
+def upstream_read(result, name: str) -> dict:
+    """The human-readable metadata of what a Changes asset read (its cursor is a bare snapshot id)."""
+    mats = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey(name)]
+    return mats[-1].materialization.metadata["dagster_incremental/upstream"].data
+
+
 def figures(result, name: str) -> tuple[int, int, int]:
     mats = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey(name)]
     meta = mats[-1].materialization.metadata
@@ -343,7 +349,11 @@ def test_a_chain_run_with_nothing_new_upstream_commits_nothing_and_keeps_every_c
         return days.join(totals, "day", "left").fillna(0, ["revenue"])
 
     chain = [orders, orders_enriched, revenue_by_day]
-    assert run(chain, instance, io_manager).success
+    first = run(chain, instance, io_manager)
+    assert first.success
+    read = upstream_read(first, "orders_enriched")["orders"]
+    assert read["snapshot_id"] == snapshot_now(spark, io_manager, "orders") == state_of(first, "orders_enriched")["last_value"]
+    assert (read["read"], read["rows_read"]) == ("full", 9) and read["snapshot_committed_at"].endswith("Z")
     before = {name: snapshot_now(spark, io_manager, name) for name in ("orders_enriched", "revenue_by_day")}
     cursors = {name: io_manager.committed_state(dg.AssetKey(name)).state for name in before}
 
@@ -354,3 +364,7 @@ def test_a_chain_run_with_nothing_new_upstream_commits_nothing_and_keeps_every_c
     for name in before:
         assert state_of(again, name) == cursors[name]  # the UI's cursor did not move either
         assert figures(again, name) == (0, 0, 0)
+    assert {k: v for k, v in upstream_read(again, "revenue_by_day")["orders_enriched"].items()
+            if k != "snapshot_committed_at"} == {"table": io_manager.table_name(dg.AssetKey("orders_enriched")).display,
+                                                "snapshot_id": before["orders_enriched"], "read": "nothing new",
+                                                "rows_read": 0}
