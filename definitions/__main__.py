@@ -79,7 +79,8 @@ def run() -> int:
     require_java()  # every run of the example starts Spark: say what is missing before any run
     instance = dg.DagsterInstance.get()
     print(f"Dagster instance: {home}")
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # INFO: each asset says its steps (run started, Spark starting, rows loaded, the commit)
+    quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
     main_result = defs.resolve_job_def("main").execute_in_process(
         instance=instance, run_config=quiet, raise_on_error=False
     )

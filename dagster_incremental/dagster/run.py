@@ -25,7 +25,7 @@ import dagster as dg
 from dagster_incremental.cursor.spec import IncrementalSpec
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.cursor.vocabulary import RunMode
-from dagster_incremental.dagster import checks, config_use
+from dagster_incremental.dagster import checks, config_use, progress
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
 from dagster_incremental.dagster.io_manager import write_spec_from_settings
@@ -206,6 +206,8 @@ class Runner:
             # already have put there instead of adding to it.
             plan.window_replace = True
         run = _Run(context, io, plan, stored, self.write_spec(io, context.asset_key), started, secret_kwargs, redactor)
+        progress.say(context.log, run.asset, f"{'full refresh' if plan.full_refresh else plan.mode} run started"
+                     + (f" (partition {plan.scope})" if plan.scope is not None else ""))
         with user_errors(run.asset, redactor):
             self._check_table_kept(context, io, stored, plan)
             in_force = self._state_in_force(context, stored, plan)
@@ -221,6 +223,8 @@ class Runner:
         """`run` with what each slice reads of the upstreams: a backfill its window whole, else
         from the cursor in force, cut by upstream_commits_per_slice."""
         plan, column = run.plan, self.settings.window_column  # set for a partitioned Changes asset
+        if not run.io.spark_started:
+            progress.say(run.context.log, run.asset, "starting Spark (to read the upstream tables' snapshots)")
         restart = plan.restart or plan.mode == "backfill"
         reads = self.upstream.plan(run.io, _unchanged_state(stored, plan.scope), restart,
                                    self.settings.upstream_commits_per_slice)
@@ -284,13 +288,23 @@ class Runner:
         output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
         io, spec = run.io, run.spec
         try:
-            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=io.start_spark_in_background,
+            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=lambda: self._start_spark(run),
                                    collect_frames_up_to=run.collect_up_to)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except (CursorRowError, PrimaryKeyMissing) as exc:  # add where the option it blames is set
             raise self.settings.located(exc) from None
+        rows = getattr(frame, "num_rows", None)  # local rows; a Spark frame is counted by its commit
+        progress.say(run.context.log, run.asset, f"loaded {rows:,} new rows" if isinstance(rows, int) else
+                     "the function's Spark DataFrame is ready (the commit counts its rows)" if frame is not None
+                     else "loaded no new rows")
         check_rows(run.asset, frame, run.plan.rows_of)  # a tenant's run is refused another tenant's rows
         return frame, staged.deduplicated
+
+    def _start_spark(self, run: _Run) -> None:
+        """The first rows arrived: start Spark while the function still extracts, and say so."""
+        if not run.io.spark_started:
+            progress.say(run.context.log, run.asset, "first rows in: starting Spark in the background")
+        run.io.start_spark_in_background()
 
     def _state_after(self, plan: Plan, runs: Runs, whole: Runs) -> AssetState | None:
         """The cursor a slice leaves (None: a backfill leaves none): last_value the newest value

@@ -60,6 +60,11 @@ class TableService:
                     self._session = build_spark_session(dict(self.conf))
         return self._session
 
+    @property
+    def spark_started(self) -> bool:
+        """Whether the session is built or being built (a run then has no Spark start to wait for)."""
+        return self._session is not None or self._starting
+
     def start_in_background(self) -> None:
         """Start the session on a daemon thread, so the JVM starts while the asset function is
         still extracting; `spark` then waits for it. A failure surfaces at that first use."""
