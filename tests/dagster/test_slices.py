@@ -381,7 +381,7 @@ def test_a_month_step_from_config_toml_cuts_at_calendar_months(spark, env, insta
     assert result.success, failure_text(result)
     month = [datetime(2024, m, 1, tzinfo=timezone.utc) for m in (1, 2, 3, 4)]
     assert calls == list(zip(month, month[1:]))
-    assert [line.split(": ")[-1] for line in slice_logs(instance, result.run_id)] == ["31 rows", "29 rows", "31 rows"]
+    assert [line.split(": ")[-1] for line in slice_logs(instance, result.run_id)] == ["31 rows (31 so far)", "29 rows (60 so far)", "31 rows (91 so far)"]
     assert metadata(result, "monthly")["dagster_incremental/slices"] == {"committed": 3, "planned": 3}
     assert ids(spark, io, "monthly") == list(range(91))
 
