@@ -106,22 +106,24 @@ def incremental_asset(
             )
     """
 
-    def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
-        settings = resolve_settings(
-            func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
-            primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
-            columns=columns, partitions_def=partitions_def, partition_by=partition_by,
-            partition_column=partition_column, window_column=window_column,
-            upstream_commits_per_slice=upstream_commits_per_slice,
-            config_path=config_path, freshness=freshness, check_severity=check_severity,
-        )
-        for text in settings.warnings():  # the run logs them again, where operators look
-            warnings.warn(text, IncrementalSettingsWarning, stacklevel=2)
-        if settings.config_path is not None:
-            config_use.register(settings.config_path, settings.name)
-        return _build_asset(func, settings, io_manager_key, asset_kwargs)
+    options = {k: v for k, v in locals().items() if k not in ("fn", "io_manager_key", "asset_kwargs")}
 
-    return decorate(fn) if fn is not None else decorate
+    if fn is not None:  # @incremental_asset without parentheses
+        return _declare(fn, options, io_manager_key, asset_kwargs)
+    return lambda func: _declare(func, options, io_manager_key, asset_kwargs)
+
+
+def _declare(func: Callable[..., Any], options: Mapping[str, Any], io_manager_key: str,
+             asset_kwargs: Mapping[str, Any]) -> dg.AssetsDefinition:
+    """`func` as an incremental asset: its settings resolved from `options` (the decorator's
+    keyword arguments), config.toml and the environment; their warnings said; its config file
+    told about it."""
+    settings = resolve_settings(func, **options)
+    for text in settings.warnings():  # the run logs them again, where operators look
+        warnings.warn(text, IncrementalSettingsWarning, stacklevel=3)
+    if settings.config_path is not None:
+        config_use.register(settings.config_path, settings.name)
+    return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
 
 # -- the Dagster asset ----------------------------------------------------------------------------
