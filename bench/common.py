@@ -198,7 +198,7 @@ def ratio(a: float, b: float) -> float | None:
 # the wrapper too.
 
 PHASES = (
-    "dagster_incremental.dagster.run:Runner._stored_states",
+    "dagster_incremental.dagster.state_store:CursorInForce.stored_states",
     "dagster_incremental.spark.local.stage:stage_batches",
     "dagster_incremental.spark.local.stage:_page_to_arrow",
     "dagster_incremental.spark.local.stage:arrow_to_spark",

@@ -45,11 +45,18 @@ def summarize(result) -> list[str]:
         state = meta.get("dagster_incremental/state") or {}
         last = CursorState.from_dict(state).last_value if isinstance(state, dict) else None
         part = f" [{mat.partition}]" if mat.partition else ""
+        cursor = f"cursor {last!r}"
+        upstream = meta.get("dagster_incremental/upstream")
+        if isinstance(upstream, dict) and upstream:  # a Changes asset: its cursor is an upstream snapshot
+            cursor = "; ".join(
+                f"read {name} up to snapshot {read['snapshot_id']} (committed {read['snapshot_committed_at']}): "
+                f"{read['rows_read']} rows" for name, read in upstream.items()
+            )
         lines.append(
             f"  {mat.asset_key.to_user_string()}{part}: {meta.get('dagster/row_count', '?')} rows "
             f"(+{meta.get('dagster_incremental/rows_inserted', 0)} "
             f"~{meta.get('dagster_incremental/rows_updated', 0)} "
-            f"-{meta.get('dagster_incremental/rows_deleted', 0)}), cursor {last!r}"
+            f"-{meta.get('dagster_incremental/rows_deleted', 0)}), {cursor}"
         )
     return lines
 
@@ -72,7 +79,8 @@ def run() -> int:
     require_java()  # every run of the example starts Spark: say what is missing before any run
     instance = dg.DagsterInstance.get()
     print(f"Dagster instance: {home}")
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    # INFO: each asset says its steps (run started, Spark starting, rows loaded, the commit)
+    quiet = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
     main_result = defs.resolve_job_def("main").execute_in_process(
         instance=instance, run_config=quiet, raise_on_error=False
     )

@@ -243,6 +243,23 @@ def column_descriptions(func: Callable[..., Any], hints: Mapping[str, Any]) -> d
     return out
 
 
+def columns_as_list(doc: str) -> str:
+    """`doc` with its `Columns:` section as a markdown list (one `- `name`: text` item per
+    column, continuation lines joined): the UI renders the description as markdown, where the
+    indented section would read as one run-on paragraph. The rest of `doc` is kept as written."""
+    lines = doc.splitlines()
+    heading = next((i for i, line in enumerate(lines) if line.strip() in ("Columns:", "Columns")), None)
+    if heading is None:
+        return doc
+    end = next((i for i in range(heading + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), len(lines))
+    columns = _docstring_columns("\n".join(lines[heading:end]))
+    if not columns:
+        return doc
+    items = ["**Columns**", "", *(f"- `{name}`: {text}" if text else f"- `{name}`" for name, text in columns.items())]
+    after = ["", *lines[end:]] if end < len(lines) else []
+    return "\n".join([*lines[:heading], *items, *after]).strip()
+
+
 def _docstring_columns(doc: str) -> dict[str, str]:
     out: dict[str, str] = {}
     inside, current = False, None

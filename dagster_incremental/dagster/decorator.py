@@ -18,7 +18,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.cursor.spec import Incremental, incremental
 from dagster_incremental.errors import IncrementalSettingsWarning
 
-from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings
+from dagster_incremental.dagster.asset_settings import AssetSettings, columns_as_list, resolve_settings
 from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
 from dagster_incremental.dagster.upstream import changes_params
 
@@ -106,22 +106,24 @@ def incremental_asset(
             )
     """
 
-    def decorate(func: Callable[..., Any]) -> dg.AssetsDefinition:
-        settings = resolve_settings(
-            func, name=name, key_prefix=key_prefix, group_name=group_name, description=description,
-            primary_key=primary_key, merge_key=merge_key, write_disposition=write_disposition,
-            columns=columns, partitions_def=partitions_def, partition_by=partition_by,
-            partition_column=partition_column, window_column=window_column,
-            upstream_commits_per_slice=upstream_commits_per_slice,
-            config_path=config_path, freshness=freshness, check_severity=check_severity,
-        )
-        for text in settings.warnings():  # the run logs them again, where operators look
-            warnings.warn(text, IncrementalSettingsWarning, stacklevel=2)
-        if settings.config_path is not None:
-            config_use.register(settings.config_path, settings.name)
-        return _build_asset(func, settings, io_manager_key, asset_kwargs)
+    options = {k: v for k, v in locals().items() if k not in ("fn", "io_manager_key", "asset_kwargs")}
 
-    return decorate(fn) if fn is not None else decorate
+    if fn is not None:  # @incremental_asset without parentheses
+        return _declare(fn, options, io_manager_key, asset_kwargs)
+    return lambda func: _declare(func, options, io_manager_key, asset_kwargs)
+
+
+def _declare(func: Callable[..., Any], options: Mapping[str, Any], io_manager_key: str,
+             asset_kwargs: Mapping[str, Any]) -> dg.AssetsDefinition:
+    """`func` as an incremental asset: its settings resolved from `options` (the decorator's
+    keyword arguments), config.toml and the environment; their warnings said; its config file
+    told about it."""
+    settings = resolve_settings(func, **options)
+    for text in settings.warnings():  # the run logs them again, where operators look
+        warnings.warn(text, IncrementalSettingsWarning, stacklevel=3)
+    if settings.config_path is not None:
+        config_use.register(settings.config_path, settings.name)
+    return _build_asset(func, settings, io_manager_key, asset_kwargs)
 
 
 # -- the Dagster asset ----------------------------------------------------------------------------
@@ -156,21 +158,25 @@ def _definition_metadata(settings: AssetSettings) -> dict[str, Any]:
 
 
 def _cursor_start(spec: Any) -> str:
-    """Where a cursor starts, as the asset's description says it (no initial_value: every row
-    of the first run, or of a partition's window)."""
+    """Where a cursor starts, as the asset's description says it (no initial_value: the first
+    run, or a partition's first run, loads every row it is given)."""
     if spec.initial_value is None:
-        return f"`{spec.cursor_path}` (no initial_value: the first run loads every row it is given)"
+        return f"`{spec.cursor_path}` from the first row (no initial_value)"
     return f"`{spec.cursor_path}` from {md.json_safe(spec.initial_value)!r}"
 
 
-def _description(settings: AssetSettings) -> str:
-    lines = [settings.description.strip()] if settings.description else []
-    cursor_text = ", ".join(_cursor_start(spec) for spec in settings.cursors.values())
+def _incremental_on(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
+    """What the asset is incremental on: its cursors, and the upstreams whose changes it reads."""
+    parts = [_cursor_start(spec) for spec in settings.cursors.values()]
+    parts += [f"the changes of `{key.to_user_string()}` committed since the last run" for key in upstreams.values()]
+    return f"Incremental on {', '.join(parts)}" if parts else "Not incremental (each run loads what it is given)"
+
+
+def _description(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
+    lines = [columns_as_list(settings.description.strip())] if settings.description else []
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
     keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
-    lines.append(
-        f"Incremental on {cursor_text or 'no cursor'}; {write}{keys} into {settings.table.display}."
-    )
+    lines.append(f"{_incremental_on(settings, upstreams)}; {write}{keys} into {settings.table.display}.")
     return "\n\n".join(lines)
 
 
@@ -204,7 +210,7 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
             name=settings.name,
             key_prefix=list(settings.key_prefix) or None,
             group_name=settings.group_name,
-            description=_description(settings),
+            description=_description(settings, changes_params(func)),
             partitions_def=settings.partitions_def,
             io_manager_key=io_manager_key,
             required_resource_keys={io_manager_key},

@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from dagster_incremental.dagster import config_use
+from dagster_incremental.dagster import config_use, progress
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
@@ -137,6 +137,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         """Start the JVM while the asset function extracts, unless `spec`'s write needs none."""
         self.tables.start_in_background(spec)
 
+    @property
+    def spark_started(self) -> bool:
+        return self.tables.spark_started
+
     def _spark_conf(self) -> dict[str, str]:
         """The session's flat conf; secrets are read here, at first use, never kept in a field."""
         from dagster_incremental.settings.secrets import with_secret_spark_conf
@@ -169,8 +173,18 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
 
     def commit_batch(self, batch: IncrementalBatch, asset_key: dg.AssetKey, log: Any) -> tuple[WriteResult, int | None]:
         """Commit `batch` (rows and cursor in one commit, as handle_output does); see
-        TableService.commit. A run cut into slices commits all but its output this way."""
-        return self.tables.commit(batch, asset_key.to_user_string(), log)
+        TableService.commit. A run cut into slices commits all but its output this way. Says
+        the commit before and after it (progress.py): a merge into a large table takes a while."""
+        asset, table = asset_key.to_user_string(), batch.spec.table.display
+        rows = getattr(batch.data, "num_rows", None)  # local rows know their count; a Spark frame doesn't
+        progress.say(log, asset, f"committing {f'{rows:,} rows' if isinstance(rows, int) else 'the rows'} to {table}"
+                     if batch.data is not None else f"committing to {table}")
+        result, snapshot = self.tables.commit(batch, asset, log)
+        if snapshot == batch.expected_snapshot_id:  # a commit makes a new snapshot
+            progress.say(log, asset, f"nothing to commit: {table} and its cursor unchanged")
+        else:
+            progress.say(log, asset, f"committed {progress.rows_text(result)} to {table} (snapshot {snapshot})")
+        return result, snapshot
 
     def only_rewrites_left(self, asset_key: dg.AssetKey) -> bool:
         return self.tables.only_rewrites_left(self.table_name(asset_key))

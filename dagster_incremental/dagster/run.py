@@ -25,7 +25,7 @@ import dagster as dg
 from dagster_incremental.cursor.spec import IncrementalSpec
 from dagster_incremental.cursor.state import AssetState
 from dagster_incremental.cursor.vocabulary import RunMode
-from dagster_incremental.dagster import checks, config_use
+from dagster_incremental.dagster import checks, config_use, progress
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
 from dagster_incremental.dagster.io_manager import write_spec_from_settings
@@ -34,7 +34,7 @@ from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.dagster.partition_counts import RangeCommit, Window, partition_metadata
 from dagster_incremental.dagster.partition_scope import check_rows, tenant_plan, window_is_open
 from dagster_incremental.dagster.slices import Commits, slice_windows, sliced_argument, sliced_span, sub_window
-from dagster_incremental.dagster.state_store import StoredState, latest_dagster_state, reconcile
+from dagster_incremental.dagster.state_store import CursorInForce, StoredState, full_refresh_instructions
 from dagster_incremental.dagster.upstream import UpstreamInputs, check_upstream_supported
 from dagster_incremental.errors import (
     CursorRowError,
@@ -42,7 +42,6 @@ from dagster_incremental.errors import (
     IncrementalConfigError,
     IncrementalError,
     PrimaryKeyMissing,
-    TableCursorMissing,
 )
 from dagster_incremental.settings.secrets import Secrets, function_arguments
 from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
@@ -131,7 +130,7 @@ def plan_of(context: dg.AssetExecutionContext, config: IncrementalRunConfig, set
 
 
 @dataclass(frozen=True)
-class _Run:
+class MaterializationRun:
     """What one materialization carries from its plan to its Output."""
 
     context: dg.AssetExecutionContext
@@ -153,7 +152,7 @@ class _Run:
 
 
 @dataclass(frozen=True)
-class _Slice:
+class LoadedSlice:
     """One slice loaded: its bound runs, the cursor it leaves (None: a backfill leaves none)
     and the batch that commits its rows with that cursor."""
 
@@ -172,6 +171,7 @@ class Runner:
         self.takes_context = next(iter(inspect.signature(func).parameters), None) in ("context", "ctx")
         self.sliced = sliced_argument(settings)  # the argument whose step cuts runs into slices
         self.upstream = UpstreamInputs(func)  # its `Changes` parameters
+        self.in_force = CursorInForce(settings.name, tuple(settings.cursors))  # which stored cursor a run continues
         check_upstream_supported(self.upstream, settings, self.sliced)
 
     def run(self, context: dg.AssetExecutionContext, config: IncrementalRunConfig):
@@ -199,16 +199,18 @@ class Runner:
             context.log.warning(warning)
         io = self._io(context)
         plan = plan_of(context, config, self.settings)
-        stored, expected = self._stored_states(context, io, plan)
+        stored, expected = self.in_force.stored_states(context, io, plan.scope, plan.restart, plan.mode)
         plan.last_run = _last_run(stored.get(plan.scope))
         if plan.scope is not None and stored[plan.scope].state is None:
             # The open window's first run loads the whole window: replace what a backfill may
             # already have put there instead of adding to it.
             plan.window_replace = True
-        run = _Run(context, io, plan, stored, self.write_spec(io, context.asset_key), started, secret_kwargs, redactor)
+        run = MaterializationRun(context, io, plan, stored, self.write_spec(io, context.asset_key), started, secret_kwargs, redactor)
+        progress.say(context.log, run.asset, f"{'full refresh' if plan.full_refresh else plan.mode} run started"
+                     + (f" (partition {plan.scope})" if plan.scope is not None else ""))
         with user_errors(run.asset, redactor):
-            self._check_table_kept(context, io, stored, plan)
-            in_force = self._state_in_force(context, stored, plan)
+            self.in_force.check_table_kept(context, io, stored, plan.scope)
+            in_force = self.in_force.state_in_force(context, stored, plan.scope)
             self._check_write_keys(in_force, plan)
             whole = self.bind(context, plan, in_force)
             windows = slice_windows(whole, self.sliced, plan.window)
@@ -217,46 +219,48 @@ class Runner:
                 windows = windows * len(run.change_reads)  # a Changes asset has no step (checked at definition)
         return self._run_slices(run, whole, windows, in_force, expected)
 
-    def _with_change_reads(self, run: _Run, stored: Mapping[str | None, StoredState]) -> _Run:
+    def _with_change_reads(self, run: MaterializationRun, stored: Mapping[str | None, StoredState]) -> MaterializationRun:
         """`run` with what each slice reads of the upstreams: a backfill its window whole, else
         from the cursor in force, cut by upstream_commits_per_slice."""
         plan, column = run.plan, self.settings.window_column  # set for a partitioned Changes asset
+        if not run.io.spark_started:
+            progress.say(run.context.log, run.asset, "starting Spark (to read the upstream tables' snapshots)")
         restart = plan.restart or plan.mode == "backfill"
-        reads = self.upstream.plan(run.io, _unchanged_state(stored, plan.scope), restart,
+        reads = self.upstream.plan(run.io, _state_in_force_unchanged(stored, plan.scope), restart,
                                    self.settings.upstream_commits_per_slice)
         window = (*plan.window, column) if plan.window is not None and column else None
         return dataclasses.replace(run, change_reads=reads, changes_window=window)
 
-    def _run_slices(self, run: _Run, whole: Runs, windows: list[Window], in_force: AssetState, expected: int | None):
+    def _run_slices(self, run: MaterializationRun, whole: Runs, windows: list[Window], in_force: AssetState, expected: int | None):
         """Load and commit each slice in order, each expecting the snapshot the one before left.
         A lone slice the IO manager can commit is handed to it as the Output's value."""
         commits = Commits(len(windows))
         for index in range(1, len(windows) + 1):
             try:
                 if run.change_reads:
-                    run = self._reading_changes(run, index)
+                    run = self._with_slice_changes(run, index)
                 done = self._slice(run, whole, in_force, windows, index, expected)
                 if len(windows) == 1 and not _ranged(run.context):
-                    return self._handed_over(run, whole, done)
+                    return self._output_for_io_manager(run, whole, done)
                 result, expected = _commit(run, done.batch)
             except BaseException:
                 commits.failed(run.context.log)
                 raise
-            commits.add(RangeCommit(windows[index - 1], done.batch.spec, result), self._span(run, done.runs), run.context.log)
+            commits.add(RangeCommit(windows[index - 1], done.batch.spec, result), self._slice_span_text(run, done.runs), run.context.log)
             if done.state is not None:  # an incremental run: the next slice continues from here
                 in_force = done.state
         replace = self.window_replace(run.plan, whole)
-        written = self._batch(run, run.plan, run.spec, None, done.batch.deduplicated, done.state, expected, replace)
-        return self._committed(run, whole, done.state, commits), self._reported(run, done.state), written
+        written = self._batch_to_commit(run, run.plan, run.spec, None, done.batch.deduplicated, done.state, expected, replace)
+        return self._output_of_committed_slices(run, whole, done.state, commits), self._state_to_report(run, done.state), written
 
-    def _reading_changes(self, run: _Run, index: int) -> _Run:
+    def _with_slice_changes(self, run: MaterializationRun, index: int) -> MaterializationRun:
         """`run` with slice `index`'s Changes, read now: a later slice's read waits for its turn."""
         reads = run.change_reads[index - 1]
         with user_errors(run.asset, run.redactor):
             changes = self.upstream.read(run.context, run.io, reads, run.changes_window)
         return dataclasses.replace(run, changes=changes, collect_up_to=self.upstream.rows_to_collect(run.io, reads))
 
-    def _span(self, run: _Run, runs: Runs) -> str | None:
+    def _slice_span_text(self, run: MaterializationRun, runs: Runs) -> str | None:
         """What a slice covered, as its log line shows it (None: the run is not sliced)."""
         if self.sliced is not None:
             return sliced_span(runs[self.sliced])
@@ -264,8 +268,8 @@ class Runner:
             return ", ".join(f"{name} snapshots ({c.start_snapshot_id}, {c.end_snapshot_id}]" for name, c in run.changes.items())
         return None
 
-    def _slice(self, run: _Run, whole: Runs, in_force: AssetState, windows: list[Window], index: int,
-               expected: int | None) -> _Slice:
+    def _slice(self, run: MaterializationRun, whole: Runs, in_force: AssetState, windows: list[Window], index: int,
+               expected: int | None) -> LoadedSlice:
         """Bind slice `index` (a lone slice keeps the run's own binding), call the function,
         filter and stage its rows; the batch carries the cursor after them."""
         window, count = windows[index - 1], len(windows)
@@ -277,20 +281,32 @@ class Runner:
         part = sub_window(self.window_replace(run.plan, whole), window, index, count)
         state = self._state_after(run.plan, runs, whole)
         plan, spec = _write_for(run.plan, run.spec, index, part)
-        return _Slice(runs, state, self._batch(run, plan, spec, frame, deduplicated, state, expected, part))
+        return LoadedSlice(runs, state, self._batch_to_commit(run, plan, spec, frame, deduplicated, state, expected, part))
 
-    def load(self, run: _Run, runs: Runs) -> tuple[Any, bool]:
+    def load(self, run: MaterializationRun, runs: Runs) -> tuple[Any, bool]:
         """Call the function, filter and stage what it gives: (the writer's data, deduplicated)."""
-        output = self._call(run.context, runs, {**run.secret_kwargs, **run.changes})
+        output = self._call_function(run.context, runs, {**run.secret_kwargs, **run.changes})
         io, spec = run.io, run.spec
         try:
-            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=lambda: io.start_spark_in_background(spec),
+            staged = stage_batches(output, runs, self.settings, spec, on_first_rows=lambda: self._start_spark(run),
                                    collect_frames_up_to=run.collect_up_to)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except (CursorRowError, PrimaryKeyMissing) as exc:  # add where the option it blames is set
             raise self.settings.located(exc) from None
+        rows = getattr(frame, "num_rows", None)  # local rows; a Spark frame is counted by its commit
+        progress.say(run.context.log, run.asset, f"loaded {rows:,} new rows" if isinstance(rows, int) else
+                     "the function's Spark DataFrame is ready (the commit counts its rows)" if frame is not None
+                     else "loaded no new rows")
         check_rows(run.asset, frame, run.plan.rows_of)  # a tenant's run is refused another tenant's rows
         return frame, staged.deduplicated
+
+    def _start_spark(self, run: MaterializationRun) -> None:
+        """The first rows arrived: start Spark while the function still extracts (unless the
+        write needs no JVM), and say so."""
+        already = run.io.spark_started
+        run.io.start_spark_in_background(run.spec)
+        if not already and run.io.spark_started:
+            progress.say(run.context.log, run.asset, "first rows in: starting Spark in the background")
 
     def _state_after(self, plan: Plan, runs: Runs, whole: Runs) -> AssetState | None:
         """The cursor a slice leaves (None: a backfill leaves none): last_value the newest value
@@ -304,7 +320,7 @@ class Runner:
             cursors[name] = dataclasses.replace(cursors[name], start_value=begun.start_value)
         return AssetState.of(cursors, self._write_keys())
 
-    def _batch(self, run: _Run, plan: Plan, spec: WriteSpec, frame: Any, deduplicated: bool,
+    def _batch_to_commit(self, run: MaterializationRun, plan: Plan, spec: WriteSpec, frame: Any, deduplicated: bool,
                state: AssetState | None, expected_snapshot: int | None, window: WindowReplace | None) -> IncrementalBatch:
         """What the IO manager commits: the rows and, on an incremental run, the cursor after them
         (as stored: the commit's properties hold its JSON)."""
@@ -312,7 +328,7 @@ class Runner:
             spec=spec,
             data=frame,
             commit=CommitInfo(
-                state=self._stored_form(run, state),
+                state=self._state_as_stored(run, state),
                 run_id=run.context.run_id,
                 scope=plan.scope,
             ),
@@ -328,19 +344,19 @@ class Runner:
 
     # -- the Output ----------------------------------------------------------------------------
 
-    def _handed_over(self, run: _Run, whole: Runs, done: _Slice):
+    def _output_for_io_manager(self, run: MaterializationRun, whole: Runs, done: LoadedSlice):
         """A lone slice's batch as the Output's value: the IO manager commits it."""
-        reported = self._reported(run, done.state)
+        reported = self._state_to_report(run, done.state)
         window = self._loaded_window(run.plan, whole, done.state, sliced=False)
         return self.output(run, done.batch, reported, window), reported, done.batch
 
-    def _committed(self, run: _Run, whole: Runs, state: AssetState | None, commits: Commits) -> dg.Output:
+    def _output_of_committed_slices(self, run: MaterializationRun, whole: Runs, state: AssetState | None, commits: Commits) -> dg.Output:
         """The Output of a run whose slices are committed: no value, the run's totals."""
         extra = result_metadata(run.spec.table, commits.total(), self.settings.column_descriptions)
         if commits.planned > 1:
-            extra = {md.SLICES: dg.MetadataValue.json([len(commits.made), commits.planned]), **extra}
+            extra = {md.SLICES: md.slices_value(len(commits.made), commits.planned), **extra}
         window = self._loaded_window(run.plan, whole, state, sliced=commits.planned > 1)
-        return self.output(run, None, self._reported(run, state), window, extra, commits.made)
+        return self.output(run, None, self._state_to_report(run, state), window, extra, commits.made)
 
     def _loaded_window(self, plan: Plan, whole: Runs, state: AssetState | None, sliced: bool) -> list[Any]:
         """The window a run reports: a backfill's own; else from the start to the end, or to the
@@ -351,129 +367,33 @@ class Runner:
         cursor = state.cursor(self.sliced) if state is not None else None
         return _window_of(plan, whole[self.sliced], cursor.last_value if cursor is not None else None)
 
-    def _reported(self, run: _Run, state: AssetState | None) -> Any:
+    def _state_to_report(self, run: MaterializationRun, state: AssetState | None) -> Any:
         """The state the materialization shows: the cursor after the run, or (a backfill) the
         one in force, unchanged."""
-        return self._stored_form(run, state) if state is not None else _unchanged_state(run.stored, run.plan.scope)
+        return self._state_as_stored(run, state) if state is not None else _state_in_force_unchanged(run.stored, run.plan.scope)
 
-    def _stored_form(self, run: _Run, state: AssetState | None) -> dict[str, Any] | None:
+    def _state_as_stored(self, run: MaterializationRun, state: AssetState | None) -> dict[str, Any] | None:
         """The state as stored, with the upstream snapshots its `Changes` parameters read to."""
         if state is None:
             return None
         return self.upstream.record(state.to_dict(), run.changes, bool(self.settings.cursors))
 
-    def output(self, run: _Run, value: Any, state: Any, window: list[Any], extra: Mapping[str, Any] | None = None,
+    def output(self, run: MaterializationRun, value: Any, state: Any, window: list[Any], extra: Mapping[str, Any] | None = None,
                commits: Sequence[RangeCommit] = ()) -> dg.Output:
         """The Output with the run's metadata; a partition range gets it per partition, each
         partition with its own window and row figures (from `commits`, the range's commits)."""
         context, plan = run.context, run.plan
         run_md = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}
+        if run.change_reads:  # the cursor is a bare snapshot id: say what it means
+            run_md[md.UPSTREAM_READ] = md.json_value(self.upstream.described(run.io, run.change_reads))
         if not _partitioned(context):
             return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
         keys = context.partition_keys
         own = partition_metadata(run.io, self.settings.partitions_def, self.settings.window_column, keys, commits)
         for key in keys:
-            kept = state if key == plan.scope else _unchanged_state(run.stored, key)
+            kept = state if key == plan.scope else _state_in_force_unchanged(run.stored, key)
             context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept), **own[key]}, partition_key=key)
         return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
-
-    # -- the cursor in force -------------------------------------------------------------------
-
-    def _stored_states(self, context, io, plan: Plan) -> tuple[dict[str | None, StoredState], int | None]:
-        """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
-        that holds the cursor of the scope this run advances (for the stale-writer check)."""
-        key = context.asset_key
-        if plan.restart:
-            table_state = io.committed_state(key, scope=plan.scope)
-            return {plan.scope: StoredState(state=None, source="none")}, _snapshot_id(table_state)
-        scopes: list[str | None]
-        if context.has_partition_key or context.has_partition_key_range:
-            scopes = list(context.partition_keys)
-        else:
-            scopes = [None]
-        out: dict[str | None, StoredState] = {}
-        table_snapshot = None
-        for scope in scopes:
-            dagster_state = latest_dagster_state(context.instance, key, partition=scope)
-            if scope != plan.scope:  # a backfilled partition: its state is only reported
-                out[scope] = dagster_state or StoredState(state=None, source="none")
-                continue
-            table_state = io.committed_state(key, scope=scope)
-            table_snapshot = _snapshot_id(table_state)
-            out[scope] = self._trusted(context, io, reconcile(dagster_state, table_state), plan)
-        return out, table_snapshot
-
-    def _trusted(self, context, io, stored: StoredState, plan: Plan) -> StoredState:
-        """The reconciled state, said aloud when the table overruled a run's Dagster cursor (the
-        table is the truth about what was loaded). An open window whose table lost its cursor
-        reloads the whole window; an unpartitioned asset's run fails (_check_table_kept) unless the
-        table holds only compaction snapshots (maintenance expired its cursor's: Dagster's is kept). A
-        backfill resumes nothing: it only reports the state, as before."""
-        lost = stored.overrules
-        if lost is None:
-            return stored
-        if plan.mode != "incremental":
-            return stored if stored.state is not None else lost
-        scope = plan.scope
-        asset, table = context.asset_key.to_user_string(), io.table_name(context.asset_key).display
-        told = f"Dagster's cursor {self._cursor_text(lost)} (run {lost.run_id})"
-        if stored.state is not None:
-            context.log.warning(
-                f"asset {asset}: table {table} holds cursor {self._cursor_text(stored)} (snapshot "
-                f"{stored.snapshot_id}), older than {told}: the table was rolled back or restored from an "
-                "older copy. This run resumes from the table's cursor and loads again the rows it lost."
-            )
-        elif scope is not None:
-            context.log.warning(
-                f"asset {asset}: table {table} holds no cursor of partition {scope} but Dagster has "
-                f"{told}: the table was dropped, deleted or replaced. This run reloads the whole "
-                "partition window (a window replace)."
-            )
-            return StoredState(state=None, source="none")
-        elif io.only_rewrites_left(context.asset_key):
-            context.log.warning(
-                f"asset {asset}: table {table} holds only compaction snapshots, none with a cursor (the "
-                f"snapshots that carried it were expired); this run resumes from {told}."
-            )
-            return lost
-        return stored
-
-    def _cursor_text(self, stored: StoredState) -> str:
-        """A stored state's cursor value(s) as a message shows them (a malformed one as stored:
-        the run reports that itself, with what to do)."""
-        names = list(self.settings.cursors)
-        try:
-            typed = stored.typed(names)
-        except CursorStateMismatch:
-            return repr(stored.state)
-        values = {name: getattr(typed.cursor(name), "last_value", None) for name in names}
-        return repr(next(iter(values.values()))) if len(values) == 1 else repr(values)
-
-    def _check_table_kept(self, context, io, stored: Mapping[str | None, StoredState], plan: Plan) -> None:
-        """An unpartitioned asset whose table lost every cursor a run committed must not resume
-        from Dagster's cursor (the lost rows would silently stay lost) nor reload from
-        initial_value unasked (a missing table may be a misconfigured destination)."""
-        chosen = stored.get(plan.scope)
-        if chosen is None or chosen.overrules is None or chosen.state is not None:
-            return
-        lost, table = chosen.overrules, io.table_name(context.asset_key).display
-        raise TableCursorMissing(
-            f"table {table} holds no cursor of this asset (it was dropped, "
-            f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
-            f"{self._cursor_text(lost)} committed by run {lost.run_id}. Nothing was written. To "
-            f"reload everything from initial_value, {full_refresh_instructions(self.settings.name)} If the "
-            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back.",
-            asset=context.asset_key.to_user_string(), table=table, run_id=lost.run_id,
-        )
-
-    def _state_in_force(self, context, stored: Mapping[str | None, StoredState], plan: Plan) -> AssetState:
-        """The stored state of the scope this run continues, read (and checked) as typed values."""
-        chosen = stored.get(plan.scope) or StoredState(state=None, source="none")
-        state = chosen.typed(list(self.settings.cursors))
-        if chosen.state is not None:
-            only = state.cursor(None)
-            context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
-        return state
 
     def bind(self, context, plan: Plan, in_force: AssetState, windows: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006
         """Bind every cursor (`windows`: a narrower window for some, e.g. a slice's)."""
@@ -525,7 +445,7 @@ class Runner:
             return None  # nested cursors can't bound a window
         return WindowReplace(column=column, rows_of=plan.rows_of, **bounds)
 
-    def _call(self, context, runs: Runs, secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
+    def _call_function(self, context, runs: Runs, secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
         kwargs = {**secret_kwargs, **runs}
         if self.takes_context:
             return self.func(context, **kwargs)
@@ -579,15 +499,6 @@ def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Fa
     return dg.Failure(description=f"asset {asset}: {redactor.describe(exc)}", allow_retries=False)
 
 
-def full_refresh_instructions(op_name: str) -> str:
-    """How a user launches a full refresh of the asset, as error messages tell it."""
-    return (
-        "run a full refresh: launch the asset with run config "
-        "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
-        "`dagster asset materialize ... --config-json` with the same."
-    )
-
-
 def _partitioned(context) -> bool:
     return context.has_partition_key or context.has_partition_key_range
 
@@ -605,7 +516,7 @@ def _ranged(context) -> bool:
     return _partitioned(context) and len(context.partition_keys) > 1
 
 
-def _commit(run: _Run, batch: IncrementalBatch) -> tuple[WriteResult, int | None]:
+def _commit(run: MaterializationRun, batch: IncrementalBatch) -> tuple[WriteResult, int | None]:
     """Commit a batch now (as the IO manager's handle_output would); spilled rows are removed."""
     try:
         return run.io.commit_batch(batch, run.context.asset_key, run.context.log)
@@ -624,7 +535,7 @@ def _write_for(plan: Plan, spec: WriteSpec, index: int, replace: WindowReplace |
     return dataclasses.replace(plan, full_refresh=False), spec
 
 
-def _unchanged_state(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
+def _state_in_force_unchanged(stored: Mapping[str | None, StoredState], scope: str | None) -> Any:
     """The state in force for `scope`, unchanged as stored; None (shown as null) when there is
     none, not an empty cursor that would read as a reset."""
     entry = stored.get(scope)
@@ -638,10 +549,6 @@ def _window_of(plan: Plan, lead: Any, last_value: Any) -> list[Any]:
     if lead is None:
         return [None, None]
     return [lead.start_value, lead.end_value if lead.end_value is not None else last_value]
-
-
-def _snapshot_id(committed: Any) -> int | None:
-    return committed.snapshot_id if committed is not None else None
 
 
 def _typed_overrides(spec: IncrementalSpec, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -65,11 +65,12 @@ class Commits:
     made: list[RangeCommit] = dataclasses.field(default_factory=list)
 
     def add(self, commit: RangeCommit, span: str | None, log: Any) -> None:
-        """Record a commit; a sliced run logs each, as `slice 3/12 [start, end): 120 rows`."""
+        """Record a commit; a sliced run logs each, as `slice 3/12 [start, end): 120 rows (360 so far)`."""
         self.made.append(commit)
         if self.planned > 1 and span is not None:
             rows = commit.result.rows_inserted + commit.result.rows_updated
-            log.info(f"slice {len(self.made)}/{self.planned} {span}: {rows:,} rows")
+            so_far = sum(c.result.rows_inserted + c.result.rows_updated for c in self.made)
+            log.info(f"slice {len(self.made)}/{self.planned} {span}: {rows:,} rows ({so_far:,} so far)")
 
     def failed(self, log: Any) -> None:
         """Say which slices a failure kept (a run of one slice has nothing to add)."""

@@ -12,17 +12,20 @@ when something went wrong or was done on purpose:
 - the table holds no cursor (dropped, deleted, destination moved) while a run made Dagster's,
   over a table with rows -> nothing to resume from: the caller fails or reloads a window.
 Backfill materializations never count: they record the state that was in force, unchanged.
+
+`CursorInForce` makes the decision for one run (dagster/run.py asks it before binding).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from dagster_incremental.cursor.state import AssetState, resumable, state_json
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.errors import CursorStateMismatch, TableCursorMissing
 
 SCAN_LIMIT = 200  # materializations scanned back for the newest incremental one
 
@@ -116,6 +119,129 @@ def same_cursor(a: Any, b: Any) -> bool:
     if not isinstance(a, dict) or not isinstance(b, dict):
         return a == b
     return state_json(resumable(a)) == state_json(resumable(b))
+
+
+# -- the cursor in force: one run's decision ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CursorInForce:
+    """Which stored cursor a run of one asset continues, per scope (None: the asset's own
+    cursor; else a partition key): Dagster's newest state reconciled with the table's, said
+    aloud when the table overrules Dagster, refused when the table lost every cursor, and read
+    as typed values for the asset's incremental arguments `cursors`."""
+
+    asset_name: str  # the asset's op name, as the full-refresh instructions give it
+    cursors: tuple[str, ...]  # the asset's incremental arguments
+
+    def stored_states(self, context, io, advanced: str | None, restart: bool,
+                      mode: str) -> tuple[dict[str | None, StoredState], int | None]:
+        """The cursor in force per scope (None = the asset's own cursor), and the table snapshot
+        that holds the cursor of `advanced`, the scope this run advances (for the stale-writer check)."""
+        key = context.asset_key
+        if restart:
+            table_state = io.committed_state(key, scope=advanced)
+            return {advanced: StoredState(state=None, source="none")}, _snapshot_id(table_state)
+        scopes: list[str | None]
+        if context.has_partition_key or context.has_partition_key_range:
+            scopes = list(context.partition_keys)
+        else:
+            scopes = [None]
+        out: dict[str | None, StoredState] = {}
+        table_snapshot = None
+        for scope in scopes:
+            dagster_state = latest_dagster_state(context.instance, key, partition=scope)
+            if scope != advanced:  # a backfilled partition: its state is only reported
+                out[scope] = dagster_state or StoredState(state=None, source="none")
+                continue
+            table_state = io.committed_state(key, scope=scope)
+            table_snapshot = _snapshot_id(table_state)
+            out[scope] = self._trusted(context, io, reconcile(dagster_state, table_state), mode, scope)
+        return out, table_snapshot
+
+    def _trusted(self, context, io, stored: StoredState, mode: str, scope: str | None) -> StoredState:
+        """The reconciled state, said aloud when the table overruled a run's Dagster cursor (the
+        table is the truth about what was loaded). An open window whose table lost its cursor
+        reloads the whole window; an unpartitioned asset's run fails (_check_table_kept) unless the
+        table holds only compaction snapshots (maintenance expired its cursor's: Dagster's is kept). A
+        backfill resumes nothing: it only reports the state, as before."""
+        lost = stored.overrules
+        if lost is None:
+            return stored
+        if mode != "incremental":
+            return stored if stored.state is not None else lost
+        asset, table = context.asset_key.to_user_string(), io.table_name(context.asset_key).display
+        told = f"Dagster's cursor {self._cursor_text(lost)} (run {lost.run_id})"
+        if stored.state is not None:
+            context.log.warning(
+                f"asset {asset}: table {table} holds cursor {self._cursor_text(stored)} (snapshot "
+                f"{stored.snapshot_id}), older than {told}: the table was rolled back or restored from an "
+                "older copy. This run resumes from the table's cursor and loads again the rows it lost."
+            )
+        elif scope is not None:
+            context.log.warning(
+                f"asset {asset}: table {table} holds no cursor of partition {scope} but Dagster has "
+                f"{told}: the table was dropped, deleted or replaced. This run reloads the whole "
+                "partition window (a window replace)."
+            )
+            return StoredState(state=None, source="none")
+        elif io.only_rewrites_left(context.asset_key):
+            context.log.warning(
+                f"asset {asset}: table {table} holds only compaction snapshots, none with a cursor (the "
+                f"snapshots that carried it were expired); this run resumes from {told}."
+            )
+            return lost
+        return stored
+
+    def _cursor_text(self, stored: StoredState) -> str:
+        """A stored state's cursor value(s) as a message shows them (a malformed one as stored:
+        the run reports that itself, with what to do)."""
+        names = list(self.cursors)
+        try:
+            typed = stored.typed(names)
+        except CursorStateMismatch:
+            return repr(stored.state)
+        values = {name: getattr(typed.cursor(name), "last_value", None) for name in names}
+        return repr(next(iter(values.values()))) if len(values) == 1 else repr(values)
+
+    def check_table_kept(self, context, io, stored: Mapping[str | None, StoredState], scope: str | None) -> None:
+        """An unpartitioned asset whose table lost every cursor a run committed must not resume
+        from Dagster's cursor (the lost rows would silently stay lost) nor reload from
+        initial_value unasked (a missing table may be a misconfigured destination)."""
+        chosen = stored.get(scope)
+        if chosen is None or chosen.overrules is None or chosen.state is not None:
+            return
+        lost, table = chosen.overrules, io.table_name(context.asset_key).display
+        raise TableCursorMissing(
+            f"table {table} holds no cursor of this asset (it was dropped, "
+            f"deleted or replaced, or [destination] points elsewhere now), but Dagster has cursor "
+            f"{self._cursor_text(lost)} committed by run {lost.run_id}. Nothing was written. To "
+            f"reload everything from initial_value, {full_refresh_instructions(self.asset_name)} If the "
+            "destination moved, point [destination] (catalog, namespace, warehouse) in config.toml back.",
+            asset=context.asset_key.to_user_string(), table=table, run_id=lost.run_id,
+        )
+
+    def state_in_force(self, context, stored: Mapping[str | None, StoredState], scope: str | None) -> AssetState:
+        """The stored state of the scope this run continues, read (and checked) as typed values."""
+        chosen = stored.get(scope) or StoredState(state=None, source="none")
+        state = chosen.typed(list(self.cursors))
+        if chosen.state is not None:
+            only = state.cursor(None)
+            context.log.info(f"cursor state from {chosen.source}: {only.last_value if only else None!r}")
+        return state
+
+
+def full_refresh_instructions(op_name: str) -> str:
+    """How a user launches a full refresh of the asset, as error messages tell it."""
+    return (
+        "run a full refresh: launch the asset with run config "
+        "`{ops: {" + op_name + ": {config: {full_refresh: true}}}}` (Launchpad) or "
+        "`dagster asset materialize ... --config-json` with the same."
+    )
+
+
+def _snapshot_id(committed: Any) -> int | None:
+    return committed.snapshot_id if committed is not None else None
 
 
 def _unix(value: Any) -> float | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import dagster as dg
@@ -23,6 +24,7 @@ UPSTREAM = "upstream"  # the state's key holding each Changes parameter's cursor
 # A transformation of an upstream's changes rarely outgrows them: collected to Arrow up to this
 # many rows, its write takes the local merge (see bench/README.md, the chain).
 SMALL_CHANGE_ROWS = 200_000
+ALL_ROWS = 2**62  # rows_written's bound when every row is counted
 
 
 def is_changes_param(param: inspect.Parameter) -> bool:
@@ -113,6 +115,34 @@ class UpstreamInputs:
         for name, read in reads.items():
             written += rows_written(io.spark, io.table_name(self.keys[name]), read.commits, SMALL_CHANGE_ROWS - written)
         return SMALL_CHANGE_ROWS if written <= SMALL_CHANGE_ROWS else 0
+
+    def described(self, io, reads: Sequence[Mapping[str, UpstreamRead]]) -> dict[str, dict[str, Any]]:
+        """What a run read of each upstream, as a person reads it (the cursor state stores only
+        the snapshot id): the upstream snapshot read up to, when it was committed, and the rows
+        read (a full read: the rows the upstream held at that snapshot; else the rows the
+        commits read added or deleted, by their summaries)."""
+        from dagster_incremental.cursor.values import format_instant
+        from dagster_incremental.spark.changes import rows_written, snapshot_facts
+
+        out = {}
+        for name, key in self.keys.items():
+            parts = [per_slice[name] for per_slice in reads if name in per_slice]
+            if not parts:
+                continue
+            table, end = io.table_name(key), parts[-1].end
+            full = any(part.kind == "full" for part in parts)
+            at_ms, total = snapshot_facts(io.spark, table, end, rows=full) if end is not None else (None, None)
+            rows = total if full else sum(rows_written(io.spark, table, part.commits, ALL_ROWS) for part in parts)
+            committed = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc) if at_ms is not None else None
+            out[name] = {
+                "table": table.display,
+                "snapshot_id": end,
+                "snapshot_committed_at": format_instant(committed) if committed is not None else None,
+                "read": "nothing new" if all(part.kind == "none" for part in parts) else
+                        ", ".join(dict.fromkeys(part.kind for part in parts if part.kind != "none")),
+                "rows_read": rows,
+            }
+        return out
 
     def record(self, state: Mapping[str, Any] | None, changes: Mapping[str, Changes], has_cursor: bool) -> Any:
         """`state` with each parameter's cursor: the upstream snapshot read up to. Without an

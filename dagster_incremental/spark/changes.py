@@ -102,6 +102,20 @@ def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> 
     return total
 
 
+def snapshot_facts(spark, table: TableRef, snapshot_id: int, rows: bool) -> tuple[int | None, int | None]:
+    """When `snapshot_id` was committed (epoch milliseconds) and, when `rows`, how many rows the
+    table held then, from its snapshot (Delta: its commit and log); None where unknown. No job."""
+    if table.location is not None:
+        from dagster_incremental.spark.delta import changes as delta
+
+        return delta.snapshot_facts(table, snapshot_id, rows)
+    snapshot = iceberg_table(spark, table).snapshot(snapshot_id)
+    if snapshot is None:
+        return None, None
+    total = snapshot.summary().get("total-records") if rows else None
+    return int(snapshot.timestampMillis()), int(total) if total is not None else None
+
+
 def read_changes(spark, table: TableRef, read: UpstreamRead):
     """The rows `read` covers, with `_change_type` (see the module docstring)."""
     from pyspark.sql import functions as F

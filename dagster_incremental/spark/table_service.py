@@ -61,6 +61,11 @@ class TableService:
                     self._session = build_spark_session(dict(self.conf))
         return self._session
 
+    @property
+    def spark_started(self) -> bool:
+        """Whether the session is built or being built (a run then has no Spark start to wait for)."""
+        return self._session is not None or self._starting
+
     def start_in_background(self, spec: WriteSpec | None = None) -> None:
         """Start the session on a daemon thread, so the JVM starts while the asset function is
         still extracting; `spec`'s write then waits for it. A failure surfaces at that first use.
@@ -189,6 +194,7 @@ class TableService:
         current = self._refuse_stale_writer(batch, asset, files) if batch.check_stale else None
         if _rowless(batch, files):
             batch = dataclasses.replace(batch, data=None)  # a typed empty batch is an empty list
+        batch = without_empty_frame(batch, current)
         if _nothing_to_create(batch, files):
             return NO_TABLE, batch.expected_snapshot_id  # no rows, no schema, no table
         if nothing_to_commit(batch, current):
@@ -314,9 +320,28 @@ def stale_error(asset: str, table: TableRef, other: str | None) -> ConcurrentRun
 
 def nothing_to_commit(batch: IncrementalBatch, current: CommittedState | None) -> bool:
     """A run without rows (not even a schema) whose cursor state is the one committed last."""
+    return batch.data is None and _cursor_unchanged(batch, current)
+
+
+def without_empty_frame(batch: IncrementalBatch, current: CommittedState | None) -> IncrementalBatch:
+    """`batch` without its data when that is a Spark DataFrame with no rows and the cursor is the
+    one committed last: a chain asset whose upstream committed nothing new returns such a frame
+    (a transformation of no changes), and committing it would add an empty snapshot that its own
+    downstream reads as a change, moving that cursor for nothing. One Spark job (a LIMIT 1), run
+    only when the cursor did not move; a replace keeps its frame (it empties the table)."""
+    if batch.data is None or batch.spec.disposition == "replace" or not _cursor_unchanged(batch, current):
+        return batch
+    is_empty = getattr(batch.data, "isEmpty", None)  # a Spark DataFrame (local rows have no isEmpty)
+    if is_empty is None or not callable(is_empty) or not is_empty():
+        return batch
+    return dataclasses.replace(batch, data=None)
+
+
+def _cursor_unchanged(batch: IncrementalBatch, current: CommittedState | None) -> bool:
+    """The batch's cursor state is the one the table committed last (no window, no full refresh)."""
     from dagster_incremental.cursor.state import resumable, state_json
 
-    if batch.data is not None or batch.window is not None or batch.full_refresh or current is None:
+    if batch.window is not None or batch.full_refresh or current is None:
         return False
     if batch.commit.state is None or batch.commit.scope != current.scope:
         return False

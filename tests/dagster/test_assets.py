@@ -627,3 +627,44 @@ def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, i
     again = materialization(run(replaced, instance, io_manager))
     assert (again["dagster_incremental/rows_deleted"].value, again["dagster/row_count"].value) == (0, 0)
     assert catalog.commit_count(spark, table) == commits  # nothing to empty: no commit
+
+
+def description(asset: dg.AssetsDefinition) -> str:
+    return asset.descriptions_by_key[asset.key]
+
+
+@HADOOP_ONLY
+def test_the_description_lists_docstring_columns_and_says_where_each_cursor_starts(config_file):
+    """The UI renders the description as markdown: the docstring's `Columns:` section becomes a
+    list (not one run-on paragraph), and the closing line says what the asset is incremental on."""
+    from dagster_incremental import Changes
+
+    @incremental_asset(config_path=config_file)
+    def described(updated_at: Incremental = incremental("updated_at")):
+        """Orders of the shop.
+
+        Columns:
+            id: The order number.
+            updated_at: When the order last changed,
+                in UTC.
+
+        Soft-deleted orders are removed.
+        """
+        yield []
+
+    @incremental_asset(config_path=config_file)
+    def downstream(described: Changes):
+        """Each order once more."""
+        return described.upserts()
+
+    text = description(described)
+    assert text.startswith(
+        "Orders of the shop.\n\n**Columns**\n\n"
+        "- `id`: The order number.\n- `updated_at`: When the order last changed, in UTC.\n\n"
+        "Soft-deleted orders are removed.\n\n"
+    )
+    assert "Incremental on `updated_at` from the first row (no initial_value); append" in text
+    assert "None" not in text
+    assert description(downstream).startswith(
+        "Each order once more.\n\nIncremental on the changes of `described` committed since the last run; append"
+    )

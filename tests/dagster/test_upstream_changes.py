@@ -307,3 +307,64 @@ def test_a_delta_upstream_created_again_or_vacuumed_fails_until_a_full_refresh(s
     assert not vacuumed.success
     assert "VACUUM deleted data files" in failure_text(vacuumed)
     assert table(spark, io_manager, "copy", "id") == [(7,), (8,)]
+
+
+def upstream_read(result, name: str) -> dict:
+    """The human-readable metadata of what a Changes asset read (its cursor is a bare snapshot id)."""
+    mats = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey(name)]
+    return mats[-1].materialization.metadata["dagster_incremental/upstream"].data
+
+
+def figures(result, name: str) -> tuple[int, int, int]:
+    mats = [m for m in result.get_asset_materialization_events() if m.asset_key == dg.AssetKey(name)]
+    meta = mats[-1].materialization.metadata
+    return tuple(meta[f"dagster_incremental/rows_{k}"].value for k in ("inserted", "updated", "deleted"))
+
+
+@EACH_FORMAT
+def test_a_chain_run_with_nothing_new_upstream_commits_nothing_and_keeps_every_cursor(spark, instance, io_manager,
+                                                                                       config_file):
+    """The example's chain (upsert with a hard-delete hint, then a per-day upsert reading the whole
+    upstream table): a second run with no new source rows leaves both tables' snapshots and both
+    cursors where they were, and reports 0 rows."""
+    source = [{"id": i, "day": f"2024-01-0{1 + i % 3}", "amount": i, "seq": i} for i in range(1, 10)]
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=config_file)
+    def orders(seq: Incremental = incremental("seq", initial_value=0)):
+        return list(source)
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       columns={"is_deleted": {"hard_delete": True}}, config_path=config_file)
+    def orders_enriched(orders: Changes):
+        changed = orders.upserts().unionByName(orders.deletes("id").withColumn("is_deleted", F.lit(True)),
+                                               allowMissingColumns=True)
+        return changed.select("id", "day", "is_deleted", (F.col("amount") * 2).alias("amount2"))
+
+    @incremental_asset(primary_key="day", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=config_file)
+    def revenue_by_day(orders_enriched: Changes):
+        days = orders_enriched.df.select("day").distinct()
+        totals = orders_enriched.table.join(days, "day").groupBy("day").agg(F.sum("amount2").alias("revenue"))
+        return days.join(totals, "day", "left").fillna(0, ["revenue"])
+
+    chain = [orders, orders_enriched, revenue_by_day]
+    first = run(chain, instance, io_manager)
+    assert first.success
+    read = upstream_read(first, "orders_enriched")["orders"]
+    assert read["snapshot_id"] == snapshot_now(spark, io_manager, "orders") == state_of(first, "orders_enriched")["last_value"]
+    assert (read["read"], read["rows_read"]) == ("full", 9) and read["snapshot_committed_at"].endswith("Z")
+    before = {name: snapshot_now(spark, io_manager, name) for name in ("orders_enriched", "revenue_by_day")}
+    cursors = {name: io_manager.committed_state(dg.AssetKey(name)).state for name in before}
+
+    again = run(chain, instance, io_manager)
+    assert again.success
+    assert {name: snapshot_now(spark, io_manager, name) for name in before} == before
+    assert {name: io_manager.committed_state(dg.AssetKey(name)).state for name in before} == cursors
+    for name in before:
+        assert state_of(again, name) == cursors[name]  # the UI's cursor did not move either
+        assert figures(again, name) == (0, 0, 0)
+    assert {k: v for k, v in upstream_read(again, "revenue_by_day")["orders_enriched"].items()
+            if k != "snapshot_committed_at"} == {"table": io_manager.table_name(dg.AssetKey("orders_enriched")).display,
+                                                "snapshot_id": before["orders_enriched"], "read": "nothing new",
+                                                "rows_read": 0}

@@ -54,6 +54,13 @@ def rows_written(table: TableRef, commits: Sequence[int], above: int) -> int:
     return total
 
 
+def snapshot_facts(table: TableRef, version: int, rows: bool) -> tuple[int | None, int | None]:
+    """When `version` was committed (epoch milliseconds) and, when `rows`, the rows it held."""
+    log = _log(table)
+    commit = log.commit(version)
+    return (commit.timestamp_ms or None) if commit is not None else None, log.row_count(version) if rows else None
+
+
 def table_at(spark, table: TableRef, version: int | None):
     """The table as of `version` (None: the current one), lazy."""
     reader = spark.read.format("delta")

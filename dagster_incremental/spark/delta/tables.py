@@ -16,7 +16,7 @@ from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
 from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_service import NO_TABLE, TableService, nothing_to_commit
+from dagster_incremental.spark.table_service import NO_TABLE, TableService, nothing_to_commit, without_empty_frame
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 OPTIMIZE = "OPTIMIZE"  # a compaction: no row changes
@@ -94,6 +94,7 @@ class DeltaTables(TableService):
         current = self._refuse_stale(batch, asset) if batch.check_stale else None
         if _local_and_empty(batch) and _log(table).current_version() is not None:
             batch = dataclasses.replace(batch, data=None)
+        batch = without_empty_frame(batch, current)
         if batch.data is None and batch.window is None and not batch.full_refresh and _log(table).current_version() is None:
             return NO_TABLE, batch.expected_snapshot_id
         if nothing_to_commit(batch, current):
