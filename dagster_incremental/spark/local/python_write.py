@@ -18,6 +18,7 @@ changes scattered over a large table keep the position-delete path (local/merge.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ class _Unsupported(Exception):
 
 def takes(spec: WriteSpec) -> bool:
     """Whether this disposition can be committed by pyiceberg (the batch decides the rest)."""
+    if importlib.util.find_spec("pyiceberg") is None:  # a dependency; an install may lack it
+        return False
     if spec.table_format != "iceberg" or spec.partition_by or spec.delete_missing or spec.table_properties:
         return False
     if spec.disposition == "append":
