@@ -268,7 +268,7 @@ def test_sigkill_at_each_point_is_healed_by_the_next_run(strategy, point, spark,
     monkeypatch.setattr(s3_lease, "LEASE_SECONDS", 5.0)
     base, home, namespace, config = kill_env
     io = catalog.io_manager(namespace)
-    name = "k_" + strategy.replace("-", "_")
+    name = f"k_{strategy}_{point}".replace("-", "_")  # one table per case: two cases share a strategy
     history = History()
     feed = {"source": history.source}
     asset = source_asset(name, config, strategy, lambda: feed["source"](), merge_key="id" if strategy == "scd2" else None)
