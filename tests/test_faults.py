@@ -42,6 +42,8 @@ from dagster_incremental.spark import commit as spark_commit, writer as table_wr
 from dagster_incremental.spark.delta import in_process as delta_in_process, s3_lease
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.writer import DeltaWriter
+from dagster_incremental.spark.local import python_write
+from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
 
 pytestmark = pytest.mark.spark
 
@@ -137,9 +139,11 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
         monkeypatch.setattr(DeltaCommit, "run", refuse_append)  # every Delta statement's commit
         monkeypatch.setattr(delta_in_process, "_commit", refuse_append)  # local rows into Delta: delta-rs's commit
+        monkeypatch.setattr(HadoopFolderCatalog, "commit_table", refuse_append)  # pyiceberg's commit (no JVM)
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             monkeypatch.setattr(writer, "write", _then_fail(writer.write))
+        monkeypatch.setattr(python_write, "write_in_python", _fail_after_python_commit(python_write.write_in_python))
         committed = True
     elif point == "event-recording":
         original_handle = DagsterInstance.handle_new_event
@@ -165,6 +169,17 @@ def _then_fail(write):
     def write_then_fail(self, *args, **kwargs):
         write(self, *args, **kwargs)
         raise Injected("injected: died after the commit, before Dagster's event")
+
+    return write_then_fail
+
+
+def _fail_after_python_commit(write):
+    """pyiceberg's commit made (None: it left the batch to the writer, patched too), then a failure."""
+    def write_then_fail(*args, **kwargs):
+        result = write(*args, **kwargs)
+        if result is not None:
+            raise Injected("injected: died after the commit, before Dagster's event")
+        return result
 
     return write_then_fail
 
@@ -228,7 +243,6 @@ def test_every_in_process_fault_is_healed_by_the_next_run(strategy, spark, catal
 KILLS = [
     ("append", "after-commit"),
     ("upsert", "event-recording"),
-    ("upsert", "before-commit"),
     ("delete-insert", "during-commit"),
     ("scd2", "mid-stream"),
 ]
@@ -307,8 +321,8 @@ def _table_files(spark, table: str) -> set[str]:
 
 @ICEBERG_ONLY  # Delta's counterpart is VACUUM, which keeps files younger than a week by default
 def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(spark, catalog, kill_env):
-    """A run killed as its commit starts has written its Parquet files (the local write path):
-    they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
+    """A run killed as its commit starts has written its Parquet files (the local write path; and
+    its manifests, when pyiceberg commits): they stay out of the table, the next run does not pick them up, and Iceberg's orphan-file
     removal (docs/performance.md, Iceberg settings), listing the table's location through its FileIO,
     deletes exactly them."""
     base, home, namespace, config = kill_env
@@ -322,11 +336,14 @@ def test_files_a_killed_run_left_are_never_read_and_orphan_removal_deletes_them(
         assert materialize(asset, instance, io).success
         history.committed()
         location = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").where("col_name = 'Location'").first().data_type
-        data_before = {f for f in catalog.files_under(location) if "/data/" in f}
+        def written() -> set[str]:  # data files, and the manifests pyiceberg writes before its commit
+            return {f for f in catalog.files_under(location) if "/data/" in f or f.endswith(".avro")}
+
+        data_before = written()
         history.step()
         proc = run_in_subprocess(kill_env, catalog, name, "upsert", "before-commit", history.source())
         assert proc.returncode == -9, f"the process was not killed ({proc.returncode}):\n{proc.stderr[-3000:]}"
-        left = {f for f in catalog.files_under(location) if "/data/" in f} - data_before
+        left = written() - data_before
         assert left and not left & _table_files(spark, table), "the killed run left no file, or its files are in the table"
 
         healed = materialize(asset, instance, io)

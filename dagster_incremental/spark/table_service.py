@@ -10,7 +10,6 @@ never start Spark.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -216,15 +215,10 @@ class TableService:
         from dagster_incremental.spark.commit import StaleCursor
         from dagster_incremental.spark.local.python_write import write_in_python
 
-        session = self._session or _started_session()
         try:
-            result = write_in_python(files.location, batch, self._case_sensitive, jvm_running=session is not None)
+            return write_in_python(files.location, batch, self._case_sensitive, jvm_running=self.spark_started)
         except StaleCursor as exc:
             raise stale_error(asset, batch.spec.table, exc.run_id) from None
-        if result is not None and session is not None:
-            # this process's Spark catalog caches the table: its next read must see this commit
-            session.catalog.refreshTable(batch.spec.table.sql)
-        return result
 
     def _python_may_commit(self, spec: WriteSpec) -> bool:
         """Whether the table and disposition let pyiceberg commit local rows (the batch decides
@@ -296,15 +290,6 @@ class TableService:
             f"{table.display}: folded {result.position_deletes} deleted rows "
             f"({result.delete_files} delete files) into the data files: {done}"
         )
-
-
-def _started_session() -> Any:
-    """The process's SparkSession if one was started (never starts one)."""
-    if "pyspark.sql" not in sys.modules:
-        return None
-    from pyspark.sql import SparkSession
-
-    return SparkSession.getActiveSession() or SparkSession._instantiatedSession
 
 
 def stale_error(asset: str, table: TableRef, other: str | None) -> ConcurrentRunError:

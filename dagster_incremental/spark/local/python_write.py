@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,20 @@ def write_in_python(folder: Path, batch: IncrementalBatch, case_sensitive: bool,
         counts = _commit(table, spec, data, _properties(batch), rewrite_bound)
     except _Unsupported:
         return None
+    _refresh_spark_cache(spec.table.sql)
     return _result(folder, counts)
+
+
+def _refresh_spark_cache(table_sql: str) -> None:
+    """A Spark session of this process caches the table: its next read must see this commit.
+    Never starts a session."""
+    if "pyspark.sql" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if session is not None:
+        session.catalog.refreshTable(table_sql)
 
 
 def _local_rows(batch: IncrementalBatch) -> LocalRows | None:
