@@ -345,7 +345,8 @@ def markdown(header: list[str], rows: list[list[Any]]) -> str:
 def run_json(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[dict, float]:
     """Run one benchmark process; returns its last JSON line and the process's wall seconds.
     The record gets `process_peak_mb`: the peak resident memory of the process and of the
-    children it waited for (a JVM included), from the kernel's account of it (wait4).
+    children it waited for, from the kernel's account of it (wait4); a Spark JVM the process
+    does not wait for is not in it, so compare it between runs without a JVM.
 
     TMPDIR points at a folder removed afterwards, so the temp files of the peers (which clean up
     after themselves only on success) go away too.

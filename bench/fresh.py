@@ -24,7 +24,8 @@ Prints ONE JSON line (every process's seconds, medians, ratios: ours' first run 
 target <= 0.8 against plain Spark; ours' change run / each peer's, target <= 1.0 against
 dagster-iceberg and dlt+delta, and / the trivial asset's, <= 1.3; no-op / trivial, <= 1.1; the
 change run's peak memory / dagster-iceberg's, <= 1.2) and markdown tables on stderr. Peak memory
-is each process's resident peak with the children it waited for (a JVM included).
+is each process's resident peak with the children it waited for (see common.run_json: a Spark
+JVM is not in it).
 Every first run must load `--rows` rows and every change run end with `--rows + changes - changes // 2`.
 """
 

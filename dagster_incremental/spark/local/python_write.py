@@ -77,11 +77,24 @@ def write_in_python(folder: Path, batch: IncrementalBatch, case_sensitive: bool,
         _check_table(table)
         data = _conformed(rows.table(), table.schema().as_arrow(), case_sensitive)
         rewrite_bound = MAX_REWRITE_ROWS_WITH_JVM if jvm_running else MAX_REWRITE_ROWS
-        counts = _commit(table, spec, data, _properties(batch), rewrite_bound)
+        with _system_memory_pool():
+            counts = _commit(table, spec, data, _properties(batch), rewrite_bound)
     except _Unsupported:
         return None
     _refresh_spark_cache(spec.table.sql)
     return _result(folder, counts)
+
+
+@contextlib.contextmanager
+def _system_memory_pool() -> Iterator[None]:
+    """pyiceberg's reads and writes on malloc's pool: Arrow's default pool keeps what its reader
+    threads freed, measured at 40 MB more peak memory for a 1,000-row change into 20,000 rows."""
+    previous = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(previous)
 
 
 def _refresh_spark_cache(table_sql: str) -> None:
