@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -213,7 +214,12 @@ def _rewrites(table: Any, data: pa.Table, keys: Sequence[str], bound: int) -> tu
     from pyiceberg.io.pyarrow import ArrowScan
 
     names = [_table_name(data.schema, k) for k in keys]
-    tasks = list(table.scan(row_filter=_key_range(data, names[0])).plan_files())
+    if any(pa.types.is_floating(data.schema.field(n).type) for n in names):
+        raise _Unsupported("a float key")  # equality on floats is the JVM's to decide, as before
+    try:
+        tasks = list(table.scan(row_filter=_key_range(data, names[0])).plan_files())
+    except (TypeError, ValueError) as exc:  # a key type pyiceberg's filter does not take
+        raise _Unsupported(str(exc)) from None
     if any(task.delete_files for task in tasks) or sum(t.file.record_count for t in tasks) > bound:
         raise _Unsupported("delete files, or too many rows to rewrite")
     scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
@@ -224,7 +230,7 @@ def _rewrites(table: Any, data: pa.Table, keys: Sequence[str], bound: int) -> tu
         hit = _matched_rows(rows.select(names), batch_keys)
         if len(hit):
             touched.append(task)
-            kept.append(rows.filter(pc.invert(pc.is_in(pa.array(range(rows.num_rows)), value_set=hit))).cast(data.schema))
+            kept.append(rows.filter(pc.invert(pc.is_in(_positions(rows.num_rows), value_set=hit))).cast(data.schema))
             matched.append(rows.select(names).take(hit))
     updated = sum(m.num_rows for m in matched)
     if matched and pa.concat_tables(matched).group_by(names).aggregate([]).num_rows != updated:
@@ -234,12 +240,16 @@ def _rewrites(table: Any, data: pa.Table, keys: Sequence[str], bound: int) -> tu
 
 def _matched_rows(rows: pa.Table, keys: pa.Table) -> pa.Array:
     """Indices of `rows` whose key is one of `keys` (NULL keys never match)."""
-    indexed = rows.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+    indexed = rows.append_column(_ROW, _positions(rows.num_rows))
     try:
         joined = indexed.join(keys, list(keys.column_names), join_type="inner")
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _Unsupported(str(exc)) from None
     return joined[_ROW].combine_chunks()
+
+
+def _positions(count: int) -> pa.Array:
+    return pa.array(np.arange(count, dtype=np.int64))
 
 
 def _key_range(data: pa.Table, column: str) -> Any:
