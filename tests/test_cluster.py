@@ -222,8 +222,12 @@ def _in_any_namespace(result: dict) -> dict:
 
 
 def _snapshot_ids_masked(metadata: dict) -> dict:
-    """The metadata with the upstream snapshot ids a chained asset's state holds masked: Iceberg
-    draws them at random, so two sessions never share them (the rows they lead to are compared)."""
+    """The metadata with the upstream snapshot ids (and their commit times) a chained asset's state
+    and upstream reads hold masked: Iceberg draws them at random, so two sessions never share them (the rows they lead to are compared)."""
+    reads = metadata.get("dagster_incremental/upstream")  # the same reads, shown: ids and commit times
+    if isinstance(reads, dict):
+        masked = {name: {**read, "snapshot_id": "<id>", "snapshot_committed_at": "<time>"} for name, read in reads.items()}
+        metadata = {**metadata, "dagster_incremental/upstream": masked}
     state = metadata.get("dagster_incremental/state")
     if not isinstance(state, dict) or "upstream" not in state:
         return metadata

@@ -40,7 +40,7 @@ class HadoopFolderCatalog(NoopCatalog):
         if current is None or current.path.name != f"v{current.version}.metadata.json":
             return None  # a gzip-coded table: Java's path keeps its codec
         metadata = TableMetadataUtil.parse_obj(dict(current.raw))
-        table = Table(identifier, metadata=metadata, metadata_location=current.path.as_uri(), io=PyArrowFileIO(), catalog=self)
+        table = Table(identifier, metadata=metadata, metadata_location=_uri(current.path), io=PyArrowFileIO(), catalog=self)
         return table, current
 
     def commit_table(self, table: Table, requirements: tuple[Any, ...], updates: tuple[Any, ...]) -> CommitTableResponse:
@@ -53,9 +53,9 @@ class HadoopFolderCatalog(NoopCatalog):
             requirement.validate(table.metadata)
         new = update_table_metadata(table.metadata, updates, metadata_location=table.metadata_location)
         target = metadata_dir / f"v{current.version + 1}.metadata.json"
-        _create_once(metadata_dir, target, lambda uri: ToOutputFile.table_metadata(new, table.io.new_output(uri)))
+        _create_once(metadata_dir, target, lambda path: ToOutputFile.table_metadata(new, table.io.new_output(path)))
         _replace(metadata_dir / VERSION_HINT, str(current.version + 1))  # no newline, as Java writes it
-        return CommitTableResponse(metadata=new, **{"metadata-location": target.as_uri()})
+        return CommitTableResponse(metadata=new, **{"metadata-location": _uri(target)})
 
     @staticmethod
     def _delete_old_metadata(io: Any, base: Any, metadata: Any) -> None:
@@ -65,7 +65,7 @@ class HadoopFolderCatalog(NoopCatalog):
 def _create_once(folder: Path, target: Path, write: Any) -> None:
     """Write a temporary file, then link it to `target`: fails if `target` exists."""
     temporary = folder / f".{uuid.uuid4().hex}.metadata.json.tmp"
-    write(temporary.as_uri())
+    write(str(temporary))
     try:
         os.link(temporary, target)
     except FileExistsError:
@@ -80,7 +80,13 @@ def _replace(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _local_path(uri: str) -> str:
-    from urllib.parse import unquote, urlsplit
+def _uri(path: Path) -> str:
+    """A local file as Java's Hadoop tables name it (`file:/...`, not percent-encoded)."""
+    return f"file:{path}"
 
-    return unquote(urlsplit(uri).path) if uri.startswith("file:") else uri
+
+def _local_path(uri: str) -> str:
+    for prefix in ("file://", "file:"):
+        if uri.startswith(prefix):
+            return uri[len(prefix):]
+    return uri
