@@ -16,7 +16,7 @@ WINDOW = "dagster_incremental/window"
 ROWS_INSERTED = "dagster_incremental/rows_inserted"
 ROWS_UPDATED = "dagster_incremental/rows_updated"
 ROWS_DELETED = "dagster_incremental/rows_deleted"
-SLICES = "dagster_incremental/slices"  # {"committed": k, "planned": n} of a run cut into slices
+SLICES = "dagster_incremental/slices"  # [committed, planned] of a run cut into slices by step
 UPSTREAM_READ = "dagster_incremental/upstream"  # a Changes asset: per parameter, the upstream snapshot read up to
 COUNTS_SCOPE = "dagster_incremental/counts_scope"  # partitioned runs: what the row figures count
 ROW_COUNT = "dagster/row_count"
@@ -71,14 +71,6 @@ def window_value(window: Sequence[Any]):
     from dagster_incremental.cursor.values import format_instant
 
     return dg.MetadataValue.json([format_instant(v) if isinstance(v, datetime) else json_safe(v) for v in window])
-
-
-def slices_value(committed: int, planned: int):
-    """A sliced run's slices, labelled: how many of the planned slices were committed (each
-    slice is one commit; a failure in slice k leaves k - 1 committed)."""
-    import dagster as dg
-
-    return dg.MetadataValue.json({"committed": committed, "planned": planned})
 
 
 def table_schema(columns: Sequence[tuple[str, str]], descriptions: Mapping[str, str] | None = None):

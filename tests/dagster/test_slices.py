@@ -92,7 +92,7 @@ def test_a_long_run_commits_one_slice_at_a_time(spark, env, instance):
     assert len(logs) == 5 and all(f"slice {k}/5 [" in line for k, line in enumerate(logs, 1))
     assert all(line.endswith(f"): 24 rows ({24 * k} so far)") for k, line in enumerate(logs, 1))
     meta = metadata(result, "five_days")
-    assert meta["dagster_incremental/slices"] == {"committed": 5, "planned": 5}
+    assert meta["dagster_incremental/slices"] == [5, 5]
     assert meta["dagster_incremental/rows_inserted"] == HOURS and meta["dagster/row_count"] == HOURS
     assert meta["dagster_incremental/state"]["last_value"] == states[-1]["last_value"]
     assert ids(spark, io, "five_days") == list(range(HOURS))
@@ -103,7 +103,7 @@ def test_a_long_run_commits_one_slice_at_a_time(spark, env, instance):
     # A full refresh rebuilds the table with the first slice and adds the others to it.
     refresh = materialize(asset, instance, io, run_config={"ops": {"five_days": {"config": {"full_refresh": True}}}})
     assert refresh.success, failure_text(refresh)
-    assert metadata(refresh, "five_days")["dagster_incremental/slices"] == {"committed": 5, "planned": 5}
+    assert metadata(refresh, "five_days")["dagster_incremental/slices"] == [5, 5]
     assert ids(spark, io, "five_days") == list(range(HOURS))
 
 
@@ -181,7 +181,7 @@ def test_a_window_backfill_replaces_one_sub_window_per_commit_and_is_idempotent(
     for attempt in (1, 2):
         result = materialize(asset, instance, io, run_config=run_config)
         assert result.success, failure_text(result)
-        assert metadata(result, "backfilled")["dagster_incremental/slices"] == {"committed": 3, "planned": 3}
+        assert metadata(result, "backfilled")["dagster_incremental/slices"] == [3, 3]
         assert metadata(result, "backfilled")["dagster_incremental/mode"] == "backfill"
         assert len(snapshots(spark, io, "backfilled")) == commits + 3 * attempt
         assert rows(spark, io, "backfilled") == before  # same rows, each once
@@ -219,7 +219,7 @@ def test_a_partition_range_backfill_commits_one_day_per_slice(spark, env, instan
         events = result.asset_materializations_for_node("daily")
         assert sorted(e.partition for e in events) == ["2024-03-02", "2024-03-03", "2024-03-04"]
         meta = {k: v.value for k, v in events[0].metadata.items()}
-        assert meta["dagster_incremental/slices"] == {"committed": 3, "planned": 3} and meta["dagster_incremental/mode"] == "backfill"
+        assert meta["dagster_incremental/slices"] == [3, 3] and meta["dagster_incremental/mode"] == "backfill"
         assert all(e.metadata["dagster_incremental/rows_inserted"].value == per_day for e in events)  # each day's own
         output = next(e.event_specific_data.metadata for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
         assert output["dagster_incremental/rows_inserted"].value == 3 * per_day  # the run's total
@@ -264,7 +264,7 @@ def test_slices_without_rows_leave_last_value_at_the_newest_row_as_an_unsliced_r
 
     result = materialize(sliced, instance, io)
     assert result.success, failure_text(result)
-    assert metadata(result, "catch_up")["dagster_incremental/slices"]["planned"] == 5
+    assert metadata(result, "catch_up")["dagster_incremental/slices"][1] == 5
     assert committed_states(spark, io, "catch_up")[-1]["last_value"].startswith(newest)
     assert metadata(result, "catch_up")["dagster_incremental/state"]["last_value"].startswith(newest)
     stale = cursor_fresh(result)
@@ -382,6 +382,6 @@ def test_a_month_step_from_config_toml_cuts_at_calendar_months(spark, env, insta
     month = [datetime(2024, m, 1, tzinfo=timezone.utc) for m in (1, 2, 3, 4)]
     assert calls == list(zip(month, month[1:]))
     assert [line.split(": ")[-1] for line in slice_logs(instance, result.run_id)] == ["31 rows (31 so far)", "29 rows (60 so far)", "31 rows (91 so far)"]
-    assert metadata(result, "monthly")["dagster_incremental/slices"] == {"committed": 3, "planned": 3}
+    assert metadata(result, "monthly")["dagster_incremental/slices"] == [3, 3]
     assert ids(spark, io, "monthly") == list(range(91))
 

@@ -75,7 +75,7 @@ def test_a_run_far_behind_commits_one_slice_per_two_upstream_commits(spark, inst
     ]
     assert table(spark, io_manager) == [(1, 11)] + [(i, 10 * i) for i in range(2, 7)]
     meta = result.get_asset_materialization_events()[-1].materialization.metadata
-    assert meta["dagster_incremental/slices"].value == {"committed": 3, "planned": 3}
+    assert meta["dagster_incremental/slices"].value == [3, 3]
     assert meta["dagster_incremental/rows_inserted"].value == 5 and meta["dagster_incremental/rows_updated"].value == 1
     # each slice's commit holds the upstream snapshot it read up to: the 2nd, 4th and 5th new one
     ups = upstream_snapshots(spark, io_manager)
