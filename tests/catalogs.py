@@ -37,15 +37,19 @@ LOCAL_LAKE_AND_DELTA = pytest.mark.parametrize("catalog", ["hadoop", "rest", "de
 # For a write whose statement the two formats share but whose commit differs (delete_missing's
 # MERGE, a tenant's scoped replace, the range edges, an empty batch): one catalog of each format.
 EACH_FORMAT = pytest.mark.parametrize("catalog", ["hadoop", "delta"], indirect=True)
+# For pyiceberg's commits without a JVM (spark/test_python_write.py, the change run that starts
+# no JVM): every Iceberg catalog kind, and a JDBC catalog on a SQLite file beside the warehouse.
+PYICEBERG_COMMITS = pytest.mark.parametrize("catalog", ["hadoop", "jdbc", "sqlite", "rest"], indirect=True)
 # For a test of what a run does without a JVM: the catalogs whose table metadata Python reads
-# itself (a Hadoop folder, a REST catalog's answer, a Delta table's commit log on a disk or on S3;
-# a JDBC catalog's only Spark reads).
-WITHOUT_JVM = pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta", "delta-s3"], indirect=True)
+# itself (a Hadoop folder, a JDBC catalog's database, a REST catalog's answer, a Delta table's
+# commit log on a disk or on S3): all of them.
+WITHOUT_JVM = pytest.mark.parametrize("catalog", CATALOG_KINDS, indirect=True)
 # For what only Iceberg has (merge-on-read delete files and their compaction, snapshot ids):
 # every Iceberg catalog, not Delta.
 ICEBERG_ONLY = pytest.mark.parametrize("catalog", ["hadoop", "jdbc", "rest"], indirect=True)
 JDBC_CATALOG = "pg"  # the JDBC catalog's Spark name (the shared session's `lake` stays Hadoop)
 REST_CATALOG = "rest"  # the REST catalog's Spark name
+SQLITE_CATALOG = "sq"  # the SQLite JDBC catalog's Spark name
 
 # The tests' S3 identity: set in the test process's environment before its JVM starts (conftest.py),
 # so that Spark's S3FileIO, pyarrow's S3 and every runner subprocess find it where a user's would.
@@ -174,6 +178,23 @@ def runner_table_format(text: str) -> str:
 
 def hadoop_catalog(warehouse: str) -> Catalog:
     return Catalog(kind="hadoop", name="lake", warehouse=warehouse)
+
+
+def sqlite_catalog(warehouse: str) -> Catalog:
+    """An Iceberg JDBC catalog on a SQLite file (xerial's driver: maven_jars.SQLITE_JDBC), its
+    tables in <warehouse>/sqlite on the local disk; pyiceberg's SqlCatalog reads the same file."""
+    prefix = f"spark.sql.catalog.{SQLITE_CATALOG}"
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": f"jdbc:sqlite:{warehouse}/sqlite-catalog.db", f"{prefix}.warehouse": f"{warehouse}/sqlite"}
+    return Catalog(kind="sqlite", name=SQLITE_CATALOG, warehouse=f"{warehouse}/sqlite", spark_config=conf,
+                   server=_SqliteFile(f"sqlite:///{warehouse}/sqlite-catalog.db"))
+
+
+@dataclass(frozen=True)
+class _SqliteFile:
+    """What Catalog.pyiceberg asks of a JDBC catalog's server: its SQLAlchemy URL."""
+
+    sqlalchemy_uri: str
 
 
 def delta_catalog(warehouse: str) -> Catalog:

@@ -47,11 +47,11 @@ def session_jars() -> list[str]:
     catalogs' tests fail saying how to fetch them), Delta's two jars with S3A's two, then the JDBC
     catalog's driver."""
     from dagster_incremental.spark.session import iceberg_runtime_jar
-    from maven_jars import delta_jars, s3_jars
+    from maven_jars import delta_jars, s3_jars, sqlite_jar
     from postgres_server import driver_jar
 
     return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars(on_s3=True) or delta_jars() or []) + (
-        [driver_jar()] if driver_jar() else [])
+        [driver_jar()] if driver_jar() else []) + ([sqlite_jar()] if sqlite_jar() else [])
 
 
 @pytest.fixture(scope="session")
@@ -157,6 +157,13 @@ def catalog(request, spark, spark_warehouse):
         return hadoop_catalog(spark_warehouse)
     if request.param == "delta":
         return delta_catalog(spark_warehouse)
+    if request.param == "sqlite":
+        from catalogs import sqlite_catalog
+
+        found = sqlite_catalog(spark_warehouse)
+        for key, value in found.spark_config.items():
+            spark.conf.set(key, value)
+        return found
     found = request.getfixturevalue(f"{request.param.replace('-', '_')}_catalog")
     os.environ.update(found.environment())
     for key, value in {**found.spark_config, **found.secrets}.items():

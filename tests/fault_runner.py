@@ -34,6 +34,24 @@ def die() -> None:
     time.sleep(60)  # never reached
 
 
+def pyiceberg_catalogs() -> list:
+    """The catalogs pyiceberg commits a run's rows through: a Hadoop folder, JDBC, REST."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+
+    return [HadoopFolderCatalog, SqlCatalog, RestCatalog]
+
+
+def dying_commit(commit, die):
+    def commit_while_dying(self, *args, **kwargs):
+        threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
+        return commit(self, *args, **kwargs)
+
+    return commit_while_dying
+
+
 def _then_die(write):
     def write_then_die(self, *args, **kwargs):
         write(self, *args, **kwargs)
@@ -87,9 +105,8 @@ def main() -> int:
 
         local_merge._commit = die_instead
         local_append.LocalAppend.commit = die_instead
-        from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
-
-        HadoopFolderCatalog.commit_table = die_instead  # pyiceberg's commit (no JVM)
+        for pyiceberg_catalog in pyiceberg_catalogs():
+            pyiceberg_catalog.commit_table = die_instead  # pyiceberg's commit (no JVM)
     elif point == "during-commit":
         # Die while the commit statement runs: a timer fires shortly after it starts (before,
         # during or after Iceberg's atomic metadata swap; every outcome must heal).
@@ -116,15 +133,8 @@ def main() -> int:
             return original_local(*args, **kwargs)
 
         delta_in_process._commit = dying_local  # local rows into Delta: delta-rs's commit
-        from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
-
-        original_place = HadoopFolderCatalog.commit_table
-
-        def dying_place(self, *args, **kwargs):
-            threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
-            return original_place(self, *args, **kwargs)
-
-        HadoopFolderCatalog.commit_table = dying_place  # pyiceberg's commit into a Hadoop folder
+        for pyiceberg_catalog in pyiceberg_catalogs():
+            pyiceberg_catalog.commit_table = dying_commit(pyiceberg_catalog.commit_table, die)  # pyiceberg's commit
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             writer.write = _then_die(writer.write)

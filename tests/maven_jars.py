@@ -19,6 +19,8 @@ ARTIFACTS = (
     ("org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", ICEBERG_VERSION),
     ("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
 )
+# The SQLite JDBC driver, for the JDBC catalog on a SQLite file (catalogs.sqlite_catalog)
+SQLITE_JDBC = ("org.xerial", "sqlite-jdbc", "3.54.1.0")
 
 
 def local_repository() -> Path:
@@ -35,6 +37,12 @@ def s3_jars() -> list[str] | None:
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
 
 
+def sqlite_jar() -> str | None:
+    """The SQLite JDBC driver jar, or None if not fetched."""
+    path = jar_path(*SQLITE_JDBC)
+    return str(path) if path.is_file() else None
+
+
 def delta_jars(on_s3: bool = False) -> list[str] | None:
     """Delta's two jars (the library's own coordinates), with S3A's two for tables on S3, or
     None if not fetched."""
@@ -47,4 +55,4 @@ def delta_jars(on_s3: bool = False) -> list[str] | None:
 if __name__ == "__main__":
     from dagster_incremental.spark.session import DELTA_ARTIFACTS, DELTA_S3_ARTIFACTS
 
-    print("\n".join(":".join(coordinates) for coordinates in (*ARTIFACTS, *DELTA_ARTIFACTS, *DELTA_S3_ARTIFACTS)))
+    print("\n".join(":".join(coordinates) for coordinates in (*ARTIFACTS, SQLITE_JDBC, *DELTA_ARTIFACTS, *DELTA_S3_ARTIFACTS)))

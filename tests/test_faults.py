@@ -25,6 +25,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.instance import DagsterInstance
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
 
 from attack_support import (
     committed_states,
@@ -139,7 +141,8 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
         monkeypatch.setattr(DataFrameWriterV2, "overwrite", refuse_append)
         monkeypatch.setattr(DeltaCommit, "run", refuse_append)  # every Delta statement's commit
         monkeypatch.setattr(delta_in_process, "_commit", refuse_append)  # local rows into Delta: delta-rs's commit
-        monkeypatch.setattr(HadoopFolderCatalog, "commit_table", refuse_append)  # pyiceberg's commit (no JVM)
+        for pyiceberg_catalog in (HadoopFolderCatalog, SqlCatalog, RestCatalog):  # pyiceberg's commits (no JVM)
+            monkeypatch.setattr(pyiceberg_catalog, "commit_table", refuse_append)
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             monkeypatch.setattr(writer, "write", _then_fail(writer.write))

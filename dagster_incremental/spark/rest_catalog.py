@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster_incremental.spark.table_metadata import TableMetadata
+from dagster_incremental.spark.table_metadata import TableMetadata, metadata_version
 
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 TIMEOUT_S = 10.0
@@ -39,6 +39,7 @@ _TOKEN_MARGIN_S = 60.0  # a token this close to its expiry is fetched again
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
 _tokens_lock = threading.Lock()
+_catalogs: dict[tuple[tuple[str, str], ...], Any] = {}  # pyiceberg's RestCatalog per settings
 
 
 class Unknown(Exception):
@@ -81,6 +82,36 @@ class RestCatalogConf:
         )
 
 
+def pyiceberg_catalog(conf: RestCatalogConf, io_properties: Mapping[str, str]) -> Any:
+    """pyiceberg's RestCatalog on the same service, as the JVM's is set up (one per process and
+    settings: it asks the service for its config, and a token, once)."""
+    given = {"uri": conf.uri, "warehouse": conf.warehouse, "prefix": conf.prefix, "credential": conf.credential,
+             "token": conf.token, "scope": conf.scope, "oauth2-server-uri": conf.token_uri, **io_properties}
+    properties = {k: v for k, v in given.items() if v is not None}
+    key = tuple(sorted(properties.items()))
+    with _tokens_lock:
+        found = _catalogs.get(key)
+    if found is None:
+        found = _without_proxies()("dagster_incremental_rest", **properties)
+        with _tokens_lock:
+            _catalogs[key] = found
+    return found
+
+
+def _without_proxies() -> Any:
+    """pyiceberg's RestCatalog that ignores the *_PROXY variables, as the JVM's and this module's
+    reads do."""
+    from pyiceberg.catalog.rest import RestCatalog
+
+    class Catalog(RestCatalog):
+        def _create_session(self) -> Any:
+            session = super()._create_session()
+            session.trust_env = False
+            return session
+
+    return Catalog
+
+
 def load_metadata(conf: RestCatalogConf, table_parts: Sequence[str]) -> tuple[bool, TableMetadata | None]:
     """(known, metadata): the table's current metadata (True, it), no such table (True, None),
     or no answer this module can read (False, None)."""
@@ -101,16 +132,9 @@ def load_metadata(conf: RestCatalogConf, table_parts: Sequence[str]) -> tuple[bo
         raw, location = answer.get("metadata"), answer.get("metadata-location")
         if not isinstance(raw, dict) or not isinstance(raw.get("format-version"), int):
             raise Unknown("no metadata in the answer")
-        return True, TableMetadata(_version(location), location or "", raw)  # type: ignore[arg-type]
+        return True, TableMetadata(metadata_version(location), location or "", raw)  # type: ignore[arg-type]
     except (Unknown, OSError, ValueError, urllib.error.URLError):
         return False, None
-
-
-def _version(location: Any) -> int:
-    """The metadata file's version from its name (`00003-<uuid>.metadata.json`, `v3.metadata.json`); -1 if none."""
-    name = str(location or "").rsplit("/", 1)[-1]
-    head = name.split("-", 1)[0].split(".", 1)[0].removeprefix("v")
-    return int(head) if head.isdigit() else -1
 
 
 def _get(url: str, headers: Mapping[str, str]) -> dict[str, Any]:

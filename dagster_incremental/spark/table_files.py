@@ -1,6 +1,7 @@
 """Where a table's files are, read once per call: its folder when the catalog keeps it in local
 files (an Iceberg Hadoop catalog on this machine's filesystem), its current metadata (from those
-files, or from a REST catalog's answer: spark/rest_catalog.py), and its commit lock.
+files, or from a catalog service's answer: a REST catalog, spark/rest_catalog.py; a JDBC
+catalog's database, spark/sql_catalog.py), and its commit lock.
 
 Why one object: a run asks several questions of a table before it commits (its cursor, whether
 it exists, its row count) and takes its commit lock; each used to resolve the catalog conf and
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dagster_incremental.spark.rest_catalog import RestCatalogConf, load_metadata
+from dagster_incremental.spark.rest_catalog import RestCatalogConf, load_metadata as load_rest_metadata
+from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
 from dagster_incremental.spark.table_metadata import TableMetadata, read_metadata
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -35,7 +37,7 @@ class TableFiles:
 
     location: the table's folder when its catalog keeps it in local files, else None.
     metadata: its current metadata (None: no table there, or not readable consistently).
-    answered: a catalog that keeps no local folder (REST) said what the table is: `metadata`,
+    answered: a catalog that keeps no local folder (REST, JDBC) said what the table is: `metadata`,
       or no table. False with no location: ask Spark.
     """
 
@@ -49,11 +51,7 @@ class TableFiles:
         parts = [*table.namespace, table.name]
         location = hadoop_table_location(conf, table.catalog, parts)
         if location is None:
-            rest = RestCatalogConf.of(conf, table.catalog)
-            if rest is None:
-                return cls(table, None, None)
-            answered, metadata = load_metadata(rest, parts)
-            return cls(table, None, metadata, answered)
+            return cls(table, None, *_catalog_answer(conf, table.catalog, parts))
         if not (location / "metadata").is_dir():
             return cls(table, location, None)
         return cls(table, location, read_metadata(location))
@@ -78,6 +76,19 @@ class TableFiles:
             return contextlib.nullcontext()
         parts = [*self.table.namespace, self.table.name]
         return table_commit_lock(self.location.parents[len(parts) - 1], parts)
+
+
+def _catalog_answer(conf: Mapping[str, str], catalog: str, parts: Sequence[str]) -> tuple[TableMetadata | None, bool]:
+    """(metadata, answered) from a catalog service read without a JVM (REST, JDBC), else (None, False)."""
+    rest = RestCatalogConf.of(conf, catalog)
+    if rest is not None:
+        answered, metadata = load_rest_metadata(rest, parts)
+        return metadata, answered
+    sql = SqlCatalogConf.of(conf, catalog)
+    if sql is not None:
+        answered, metadata = load_sql_metadata(sql, parts)
+        return metadata, answered
+    return None, False
 
 
 # -- where the table lives -------------------------------------------------------------------------

@@ -271,6 +271,19 @@ class TableMetadata:
             return None
 
 
+def metadata_version(location: Any) -> int:
+    """A metadata file's version from its name (`00003-<uuid>.metadata.json`, `v3.metadata.json`); -1 if none."""
+    name = str(location or "").rsplit("/", 1)[-1]
+    head = name.split("-", 1)[0].split(".", 1)[0].removeprefix("v")
+    return int(head) if head.isdigit() else -1
+
+
+def pyiceberg_metadata(table: Any) -> TableMetadata:
+    """A pyiceberg table's current metadata as this module reads a metadata file (the same JSON)."""
+    location = str(table.metadata_location)
+    return TableMetadata(metadata_version(location), location, json.loads(table.metadata.model_dump_json()))  # type: ignore[arg-type]
+
+
 def _summary(snapshot: Mapping[str, Any]) -> dict[str, str]:
     """A snapshot's summary without `operation`, which Iceberg keeps apart from the map."""
     return {k: v for k, v in (snapshot.get("summary") or {}).items() if k != "operation"}

@@ -208,27 +208,26 @@ class TableService:
         return result, result.snapshot_id
 
     def _write_in_python(self, batch: IncrementalBatch, asset: str, files: TableFiles) -> WriteResult | None:
-        """The commit made by pyiceberg when the table is a folder here and the batch is local
-        rows it can write (spark/local/python_write.py); None: the writer's paths."""
-        if files.location is None or files.metadata is None:
+        """The commit made by pyiceberg when the table's catalog is one it commits to and the
+        batch is local rows it can write (spark/local/python_write.py); None: the writer's paths."""
+        if not self._python_may_commit(batch.spec, files):
             return None
         from dagster_incremental.spark.commit import StaleCursor
+        from dagster_incremental.spark.local import catalog_table
         from dagster_incremental.spark.local.python_write import write_in_python
 
         try:
-            return write_in_python(files.location, batch, self._case_sensitive, jvm_running=self.spark_started)
+            return write_in_python(lambda: catalog_table.load(self.conf, files), batch, self._case_sensitive, jvm_running=self.spark_started)
         except StaleCursor as exc:
             raise stale_error(asset, batch.spec.table, exc.run_id) from None
 
-    def _python_may_commit(self, spec: WriteSpec) -> bool:
+    def _python_may_commit(self, spec: WriteSpec, files: TableFiles | None = None) -> bool:
         """Whether the table and disposition let pyiceberg commit local rows (the batch decides
         the rest: see python_write.py)."""
+        from dagster_incremental.spark.local import catalog_table
         from dagster_incremental.spark.local.python_write import takes
 
-        if not takes(spec):
-            return False
-        files = self.files(spec.table)
-        return files.location is not None and files.metadata is not None and files.metadata.current_snapshot_id() is not None
+        return takes(spec) and catalog_table.reachable(self.conf, files or self.files(spec.table))
 
     @property
     def _case_sensitive(self) -> bool:

@@ -94,6 +94,28 @@ class TableStorage:
             pass
 
 
+def pyiceberg_io_properties(conf: Mapping[str, str], catalog: str, location: str, default_io: str = "") -> dict[str, str] | None:
+    """pyiceberg's FileIO properties for files at `location` that the Spark catalog `catalog`
+    (Spark's flat `conf`) reads and writes: local files, or S3 through S3FileIO as it is set up
+    there (`default_io`: the catalog's FileIO when the conf names none); None when pyiceberg could not reach them as the JVM does (another FileIO, a scheme
+    that is neither). Keys left out come from the AWS default chain, as in the JVM."""
+    prefix = f"spark.sql.catalog.{catalog}."
+    io_class = conf.get(f"{prefix}io-impl", default_io)
+    if location.startswith("/") or location.startswith("file:"):
+        return {} if io_class in ("", "org.apache.iceberg.hadoop.HadoopFileIO", *S3_FILE_IOS) else None
+    if urlsplit(location).scheme.lower() not in S3_SCHEMES or io_class not in S3_FILE_IOS:
+        return None
+    keys = ("s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.session-token", "client.region")
+    properties = {key: conf[prefix + key] for key in keys if conf.get(prefix + key)}
+    if "client.region" in properties:
+        properties["s3.region"] = properties["client.region"]
+    # S3FileIO addresses buckets virtual-host style unless told otherwise; pyiceberg is path
+    # style unless forced (as pyarrow's S3 is: s3_filesystem below).
+    path_style = conf.get(f"{prefix}s3.path-style-access", "false").lower() == "true"
+    properties["s3.force-virtual-addressing"] = str(not path_style and "s3.endpoint" in properties).lower()
+    return properties
+
+
 def s3_filesystem(properties: Mapping[str, str]) -> Any:
     """pyarrow's S3 filesystem configured as S3FileIO's `properties` configure the AWS SDK."""
     from pyarrow import fs

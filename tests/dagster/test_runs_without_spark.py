@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 
 from attack_support import table_exists
-from catalogs import WITHOUT_JVM
+from catalogs import PYICEBERG_COMMITS, WITHOUT_JVM
 from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
@@ -82,10 +82,11 @@ def test_a_first_run_with_no_rows_creates_nothing_and_starts_nothing(spark, inst
     assert not table_exists(spark, io(), "orders")
 
 
-@pytest.mark.parametrize("catalog", ["hadoop"], indirect=True)
-def test_a_change_run_on_the_embedded_default_starts_no_jvm(spark, instance, setup, monkeypatch):
-    """Local rows into an existing table in a Hadoop folder: pyiceberg commits them, with the
-    cursor, and Spark is never started (a fresh process's run then costs no JVM)."""
+@PYICEBERG_COMMITS
+def test_a_change_run_starts_no_jvm(spark, instance, setup, monkeypatch):
+    """Local rows into an existing table of the embedded default (a Hadoop folder), a JDBC
+    catalog or a REST catalog: pyiceberg commits them, with the cursor, and Spark is never
+    started (a fresh process's run then costs no JVM)."""
     orders, source, io = setup
     assert dg.materialize([orders], instance=instance, resources={"io_manager": io()}, run_config=QUIET).success
     source["rows"] = [{"id": 2, "updated_at": "2024-01-05T00:00:00Z"}, {"id": 4, "updated_at": "2024-01-06T00:00:00Z"}]

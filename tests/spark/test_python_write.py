@@ -1,6 +1,8 @@
-"""Local rows committed by pyiceberg without a JVM (spark/local/python_write.py) into the embedded
-default's Hadoop-layout tables: for any history of appends and upserts, the same table (read by
-Spark and by pyiceberg), cursor and figures as the JVM's paths give, and the same compare-and-set."""
+"""Local rows committed by pyiceberg without a JVM (spark/local/python_write.py) into the tables of
+each Iceberg catalog it commits to (the embedded default's Hadoop-layout folders, a JDBC catalog
+on PostgreSQL over S3, a REST catalog over S3): for any history of appends and upserts, the same
+table (read by Spark and by pyiceberg), cursor and figures as the JVM's paths give, and the same
+compare-and-set."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import logging
 import os
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.local import python_write
-from dagster_incremental.spark.table_metadata import read_metadata
+from catalogs import PYICEBERG_COMMITS, hadoop_catalog
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WriteSpec
 
 pytestmark = pytest.mark.spark
@@ -35,10 +36,10 @@ HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_s
 class Table:
     """One table of the test's namespace, written through its destination's TableService."""
 
-    def __init__(self, warehouse: str, namespace: str, name: str, python: bool) -> None:
-        self.io = SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=warehouse)
-        self.ref = self.io.tables.table("lake", namespace, [name])
-        self.folder = Path(warehouse, namespace, name)
+    def __init__(self, catalog, namespace: str, name: str, python: bool) -> None:
+        self.catalog = catalog
+        self.io: SparkTableIOManager = catalog.io_manager(namespace)
+        self.ref = self.io.tables.table(catalog.name, namespace, [name])
         self.python = python
         self.snapshot: int | None = None
 
@@ -58,11 +59,14 @@ class Table:
 
     def by_pyiceberg(self) -> bool:
         """Whether the newest snapshot was made by pyiceberg (the JVM's carry `engine-name`)."""
-        metadata = read_metadata(self.folder)
-        return "engine-name" not in metadata.current_summary()[1]
+        return "engine-name" not in self.summary()
+
+    def summary(self) -> dict[str, str]:
+        """The newest snapshot's summary, as the table's catalog answers without a JVM."""
+        return self.io.tables.files(self.ref).metadata.current_summary()[1]
 
     def delete_files(self) -> int:
-        return int(read_metadata(self.folder).current_summary()[1].get("total-delete-files", 0))
+        return int(self.summary().get("total-delete-files", 0))
 
     def rows_by_spark(self, spark) -> list[tuple]:
         return sorted((tuple(r) for r in spark.sql(f"SELECT id, v, amount, at FROM {self.ref.sql}").collect()), key=repr)
@@ -70,21 +74,25 @@ class Table:
     def rows_by_pyiceberg(self) -> list[tuple]:
         from pyiceberg.table import StaticTable
 
-        arrow = StaticTable.from_metadata(str(self.folder)).scan().to_arrow()
+        if self.catalog.kind == "hadoop":
+            arrow = StaticTable.from_metadata(str(self.io.tables.files(self.ref).location)).scan().to_arrow()
+        else:
+            arrow = self.catalog.pyiceberg().load_table((*self.ref.namespace, self.ref.name)).scan().to_arrow()
         arrow = arrow.set_column(arrow.schema.get_field_index("at"), "at", arrow["at"].cast(pa.timestamp("us")))
         return sorted((tuple(r[c] for c in SCHEMA.names) for r in arrow.to_pylist()), key=repr)
 
 
+@PYICEBERG_COMMITS
 @settings(max_examples=int(os.environ.get("DI_PROPERTY_EXAMPLES", "4")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(first=ROWS, history=HISTORY)
-def test_any_history_gives_the_jvm_paths_table_cursor_and_figures(spark, spark_warehouse, monkeypatch, first, history):
+def test_any_history_gives_the_jvm_paths_table_cursor_and_figures(spark, catalog, monkeypatch, first, history):
     """The same batches into two tables, one where pyiceberg may commit and one where it may not:
     after each write the same rows (read by Spark and by pyiceberg), cursor and figures; every
     write pyiceberg can take exactly (all but an upsert of a key the table holds twice, after
     appends, or one touching the delete files a Spark MERGE left) was made by pyiceberg."""
     namespace = "pywrite_" + uuid.uuid4().hex[:6]
-    ours, theirs = (Table(spark_warehouse, namespace, name, python) for name, python in (("ours", True), ("theirs", False)))
+    ours, theirs = (Table(catalog, namespace, name, python) for name, python in (("ours", True), ("theirs", False)))
     for table in (ours, theirs):
         table.commit(monkeypatch, "upsert", first, 0)  # the first load creates the table (Spark)
     for state, (disposition, rows) in enumerate(history, start=1):
@@ -104,10 +112,11 @@ def test_any_history_gives_the_jvm_paths_table_cursor_and_figures(spark, spark_w
         assert ours.io.tables.committed_state(ours.ref, None).snapshot_id == mine.snapshot_id
 
 
-def test_a_run_whose_cursor_was_taken_commits_nothing(spark, spark_warehouse, monkeypatch):
+@PYICEBERG_COMMITS
+def test_a_run_whose_cursor_was_taken_commits_nothing(spark, catalog, monkeypatch):
     """Two runs read the same cursor; the second to commit is refused as stale, by pyiceberg's
     path as by the JVM's: the table keeps the first one's rows and cursor."""
-    table = Table(spark_warehouse, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
+    table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
     table.commit(monkeypatch, "upsert", [(1, "a", 1.0, datetime(2024, 1, 1))], 0)
     read = table.snapshot
     table.commit(monkeypatch, "upsert", [(1, "b", 2.0, datetime(2024, 1, 2))], 1, expected=read)
@@ -132,7 +141,7 @@ def test_a_batch_the_table_does_not_store_as_it_is_is_left_to_the_jvm(spark, spa
     namespace = "pywrite_" + uuid.uuid4().hex[:6]
     outcomes = []
     for name, python in (("ours", True), ("theirs", False)):
-        table = Table(spark_warehouse, namespace, name, python)
+        table = Table(hadoop_catalog(spark_warehouse), namespace, name, python)
         table.commit(monkeypatch, "append", [(1, "a", 1.0, datetime(2024, 1, 1))], 0)
         columns = {"id": pa.array([2], pa.int64()), "v": pa.array(["b"]), "amount": pa.array([2.0]),
                    "at": pa.array([datetime(2024, 1, 2)], pa.timestamp("us", tz="UTC")), **CHANGES[change]}
@@ -143,3 +152,33 @@ def test_a_batch_the_table_does_not_store_as_it_is_is_left_to_the_jvm(spark, spa
             outcomes.append(f"{type(exc).__name__}: {exc}".replace(f"`{name}`", "`TABLE`"))
         assert not table.by_pyiceberg()
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("catalog", ["jdbc", "sqlite", "rest"], indirect=True)
+def test_a_commit_the_catalog_refuses_is_not_made_again_on_the_other_runs_snapshot(spark, catalog, monkeypatch):
+    """Another run commits its cursor between this run's load of the table and its commit (no
+    table lock on a catalog service): the catalog refuses this run's commit, and it is not
+    retried on top of the other run's snapshot (pyiceberg's own retry would load the rows twice):
+    the run fails as stale and the table holds each row once, with the other run's cursor."""
+    from dagster_incremental.spark.commit import commit_properties
+    from dagster_incremental.spark.local import catalog_table
+
+    table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
+    table.commit(monkeypatch, "append", [(1, "a", 1.0, datetime(2024, 1, 1, tzinfo=timezone.utc))], 0)
+    read = table.snapshot
+    load = catalog_table.load
+
+    def load_then_another_run_commits(conf, files):
+        loaded = load(conf, files)
+        other = catalog.pyiceberg().load_table((*table.ref.namespace, table.ref.name))
+        rows = pa.Table.from_pylist([{"id": 2, "v": "other", "amount": 2.0, "at": datetime(2024, 1, 2, tzinfo=timezone.utc)}],
+                                    schema=other.schema().as_arrow())
+        other.append(rows, snapshot_properties=commit_properties(CommitInfo(state={"last_value": 1}, run_id="r1")))
+        return loaded
+
+    monkeypatch.setattr(catalog_table, "load", load_then_another_run_commits)
+    with pytest.raises(ConcurrentRunError, match="another run \\(r1\\) committed"):
+        table.commit(monkeypatch, "append", [(3, "mine", 3.0, datetime(2024, 1, 3, tzinfo=timezone.utc))], 2, expected=read)
+    monkeypatch.undo()
+    assert [r[:2] for r in table.rows_by_spark(spark)] == [(1, "a"), (2, "other")]
+    assert table.io.tables.committed_state(table.ref, None).state == {"last_value": 1}

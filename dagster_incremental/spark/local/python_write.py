@@ -1,11 +1,14 @@
 """Local rows appended or upserted by pyiceberg in the run's process: no JVM, no Spark session.
 
 Why: Dagster starts each run in a new process, so a sensor's small change run paid ~3-5 s for a
-JVM and a Spark session it never needed. When the table is in a folder of this machine (the
-embedded default), the batch is rows this process holds and the write is an append or an upsert
-by primary key, pyiceberg writes the Parquet files and the snapshot, and hadoop_commit.py places
-its metadata under the table's commit lock. The snapshot carries the cursor exactly as the Spark
-path's does, and the run commits only if the table still holds the cursor it read.
+JVM and a Spark session it never needed. When the table's catalog is one pyiceberg commits to
+as the JVM does (a folder of this machine, the embedded default; a JDBC catalog's database; a
+REST catalog: catalog_table.py), the batch is rows this process holds and the write is an
+append or an upsert by primary key, pyiceberg writes the Parquet files and the snapshot. The
+snapshot carries the cursor exactly as the Spark path's does, and the run commits only if the
+table still holds the cursor it read: checked on the metadata the table was loaded from, and
+that metadata's snapshot is the commit's base (the folder's commit lock; the catalog's
+compare-and-set).
 
 An upsert is copy-on-write here: every data file holding a batch key is rewritten without those
 rows, in the same snapshot that adds the batch. That costs the rows of the files it touches, so
@@ -20,8 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import as_local
-from dagster_incremental.spark.table_metadata import TableMetadata, live_row_count, read_metadata
+from dagster_incremental.spark.table_metadata import TableMetadata, live_row_count, pyiceberg_metadata
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, IncrementalBatch, WriteResult, WriteSpec
 
 MAX_ROWS = 1_000_000  # batch rows written from memory by pyiceberg
@@ -57,21 +59,21 @@ def takes(spec: WriteSpec) -> bool:
     return spec.merge_strategy == "upsert" and spec.keyed and spec.hard_delete_column is None
 
 
-def write_in_python(folder: Path, batch: IncrementalBatch, case_sensitive: bool, jvm_running: bool) -> WriteResult | None:
-    """`batch` committed by pyiceberg into the Hadoop-layout table in `folder` (under its commit
-    lock, held by the caller); None: the other paths write it. Raises StaleCursor when the table
-    no longer holds the cursor the run read. jvm_running: this process has a Spark session, which
-    makes the position-delete path cheaper for all but small rewrites."""
-    rows = _local_rows(batch)
-    if rows is None:
-        return None
-    from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+def write_in_python(load: Callable[[], tuple[Any, TableMetadata] | None], batch: IncrementalBatch, case_sensitive: bool,
+                    jvm_running: bool) -> WriteResult | None:
+    """`batch` committed by pyiceberg into the table `load` returns (catalog_table.load's table
+    and the metadata it was loaded from; called only for a batch pyiceberg may write); None: the
+    other paths write it. Raises StaleCursor when the table no longer holds the cursor the run
+    read. jvm_running: this process has a Spark session, which makes the position-delete path
+    cheaper for all but small rewrites."""
+    from dagster_incremental.spark.local.catalog_table import CatalogMoved
 
-    spec = batch.spec
-    loaded = HadoopFolderCatalog().load(folder, (*spec.table.namespace, spec.table.name))
-    if loaded is None:
+    rows = _local_rows(batch)
+    target = load() if rows is not None else None
+    if rows is None or target is None:
         return None
-    table, metadata = loaded
+    table, metadata = target
+    spec = batch.spec
     if batch.check_stale:
         _refuse_stale(metadata, batch)
     try:
@@ -80,10 +82,13 @@ def write_in_python(folder: Path, batch: IncrementalBatch, case_sensitive: bool,
         rewrite_bound = MAX_REWRITE_ROWS_WITH_JVM if jvm_running else MAX_REWRITE_ROWS
         with _system_memory_pool():
             counts = _commit(table, spec, data, _properties(batch), rewrite_bound)
-    except _Unsupported:
+    except (_Unsupported, CatalogMoved):
+        # CatalogMoved: another writer committed since the table was loaded (its catalog
+        # refused this commit, which wrote nothing): the JVM's guarded commit decides whether
+        # that writer moved the cursor (the run fails) or not (committed on top of it).
         return None
     _refresh_spark_cache(spec.table.sql)
-    return _result(folder, counts)
+    return _result(pyiceberg_metadata(table), counts)
 
 
 @contextlib.contextmanager
@@ -272,10 +277,19 @@ def _table_name(schema: pa.Schema, key: str) -> str:
 
 @contextlib.contextmanager
 def _removed_on_failure(table: Any) -> Iterator[list[str]]:
-    """Data files written for a commit that did not happen are deleted (best effort)."""
+    """Data files written for a commit that did not happen are deleted (best effort). When the
+    catalog could not say whether it happened, they stay: the table may hold them now."""
+    from pyiceberg.exceptions import CommitStateUnknownException
+
     written: list[str] = []
     try:
         yield written
+    except CommitStateUnknownException as exc:
+        raise RuntimeError(
+            f"{table.name()}: the catalog did not say whether this run's commit was made ({exc}). "
+            "The cursor is committed with the rows or not at all, so running the asset again is "
+            "safe: it continues from whatever the table holds."
+        ) from exc
     except BaseException:
         for path in written:
             with contextlib.suppress(Exception):
@@ -283,11 +297,8 @@ def _removed_on_failure(table: Any) -> Iterator[list[str]]:
         raise
 
 
-def _result(folder: Path, counts: tuple[int, int]) -> WriteResult:
-    """What the commit did, read back from the metadata it wrote."""
-    after = read_metadata(folder)
-    if after is None:
-        raise RuntimeError(f"{folder}: the table's metadata is unreadable right after its commit")
+def _result(after: TableMetadata, counts: tuple[int, int]) -> WriteResult:
+    """What the commit did, from the metadata it committed."""
     snapshot_id, summary = after.current_summary()
     row_count = after.row_count()
     return WriteResult(

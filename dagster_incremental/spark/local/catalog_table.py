@@ -1,0 +1,97 @@
+"""The table pyiceberg commits a run's rows to, loaded from its catalog without a JVM.
+
+Why: pyiceberg's commit is a compare-and-set only through a catalog that checks it. Three are
+read and committed here, each as the JVM commits to it: a Hadoop-layout folder on this machine
+(the embedded default: `hadoop_commit.py`, under the table's commit lock), an Iceberg JDBC
+catalog's database (`spark/sql_catalog.py`: a conditional UPDATE of the metadata location) and
+an Iceberg REST catalog (`spark/rest_catalog.py`: the commit's requirement that `main` is still
+the snapshot the run read). Any other catalog, or a table whose files pyiceberg could not reach
+as the JVM does, is None: the JVM's paths write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dagster_incremental.spark.rest_catalog import RestCatalogConf, pyiceberg_catalog as rest_catalog
+from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_table
+from dagster_incremental.spark.table_files import TableFiles
+from dagster_incremental.spark.table_metadata import TableMetadata, pyiceberg_metadata
+from dagster_incremental.spark.table_storage import pyiceberg_io_properties
+
+RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"  # a REST catalog's FileIO when the conf names none
+
+
+class CatalogMoved(Exception):
+    """The catalog refused the commit: another writer committed since the table was loaded.
+    Nothing of this commit is in the table."""
+
+
+class _OneAttempt:
+    """A table's catalog whose refusal of a commit is final. pyiceberg retries a refused commit
+    on top of the other writer's snapshot; for a run that read its cursor from the snapshot it
+    loaded, that would load the same rows twice (the compare-and-set is the point)."""
+
+    def __init__(self, catalog: Any) -> None:
+        self._catalog = catalog
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._catalog, name)
+
+    def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
+        from pyiceberg.exceptions import CommitFailedException
+
+        try:
+            return self._catalog.commit_table(table, requirements, updates)
+        except CommitFailedException as exc:
+            raise CatalogMoved(str(exc)) from exc
+
+
+def reachable(conf: Mapping[str, str], files: TableFiles) -> bool:
+    """Whether pyiceberg could commit to this table, judged from settings alone (no I/O):
+    an existing table, with a snapshot, in a catalog this module loads."""
+    if files.metadata is None or files.metadata.current_snapshot_id() is None:
+        return False
+    if files.location is not None:
+        return True
+    return SqlCatalogConf.of(conf, files.table.catalog) is not None or _rest(conf, files) is not None
+
+
+def load(conf: Mapping[str, str], files: TableFiles) -> tuple[Any, TableMetadata] | None:
+    """(pyiceberg's table bound to a catalog that commits it once or raises CatalogMoved, its
+    current metadata as read), or None: the JVM's paths write this table."""
+    loaded = _load(conf, files)
+    if loaded is not None:
+        loaded[0].catalog = _OneAttempt(loaded[0].catalog)
+    return loaded
+
+
+def _load(conf: Mapping[str, str], files: TableFiles) -> tuple[Any, TableMetadata] | None:
+    parts = (*files.table.namespace, files.table.name)
+    if files.location is not None:
+        from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+
+        return HadoopFolderCatalog().load(files.location, parts)
+    sql = SqlCatalogConf.of(conf, files.table.catalog)
+    if sql is not None:
+        _, table = load_table(sql, parts)
+        return (table, pyiceberg_metadata(table)) if table is not None else None
+    rest = _rest(conf, files)
+    if rest is None:
+        return None
+    try:
+        table = rest_catalog(*rest).load_table(parts)
+    except Exception:  # noqa: BLE001 - any failure here means "let the JVM write it", which reports it
+        return None
+    return table, pyiceberg_metadata(table)
+
+
+def _rest(conf: Mapping[str, str], files: TableFiles) -> tuple[RestCatalogConf, dict[str, str]] | None:
+    """The REST catalog's settings and pyiceberg's FileIO properties for the table's files."""
+    rest = RestCatalogConf.of(conf, files.table.catalog)
+    location = (files.metadata.raw.get("location") if files.metadata is not None else None) or ""
+    if rest is None or not location:
+        return None
+    io = pyiceberg_io_properties(conf, files.table.catalog, location, default_io=RESOLVING_FILE_IO)
+    return (rest, io) if io is not None else None
