@@ -111,27 +111,43 @@ def spark_conf(
         # Quiet by default: no [Stage N:>] bars in run logs ("true" in [spark.conf] brings them back).
         "spark.ui.showConsoleProgress": "false",
     }
-    # A standalone master on loopback (spark://127.0.0.1:7077, localhost, [::1]; every host of an
-    # HA list) means its workers and executors run on this machine.
+    if master.startswith("local") or _standalone_on_loopback(master):
+        out.update(_this_machine_conf(out["spark.sql.shuffle.partitions"]))
+    user = {k: str(v) for k, v in (conf or {}).items()}
+    out.update(_table_format_conf(table_format, user, catalog, warehouse))
+    out.update(user)
+    return out
+
+
+def _standalone_on_loopback(master: str) -> bool:
+    """A standalone master on loopback (spark://127.0.0.1:7077, localhost, [::1]; every host of
+    an HA list): its workers and executors run on this machine."""
     hosts = master[len("spark://"):].split(",") if master.startswith("spark://") else []
-    on_loopback = bool(hosts) and all(
-        h.rsplit(":", 1)[0] in ("localhost", "[::1]") or h.startswith("127.") for h in hosts
-    )
-    if master.startswith("local") or on_loopback:
-        # An embedded session, or a standalone cluster on this machine's loopback (tests, a
-        # laptop cluster): the executors reach the driver on loopback, and nobody else can.
-        out["spark.driver.host"] = "127.0.0.1"
-        out["spark.driver.bindAddress"] = "127.0.0.1"
+    return bool(hosts) and all(h.rsplit(":", 1)[0] in ("localhost", "[::1]") or h.startswith("127.") for h in hosts)
+
+
+def _this_machine_conf(shuffle_partitions: str) -> dict[str, str]:
+    """An embedded session, or a standalone cluster on this machine's loopback (tests, a laptop
+    cluster): the executors reach the driver on loopback, and nobody else can."""
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
         # Python workers run in this interpreter's environment (pyarrow, pandas for the cursor
         # filter's pandas UDF), even when a virtualenv was not activated. Only on this machine:
         # a remote cluster's executors need their own Python (spark.pyspark.python or
         # PYSPARK_PYTHON); this interpreter's path means nothing there.
-        out["spark.pyspark.python"] = sys.executable
+        "spark.pyspark.python": sys.executable,
         # Listing a folder (Delta's VACUUM, file-source reads) fans out to 10,000 tasks by
         # default, a cluster's figure: on one machine VACUUM of a 20-file table took 88 s, 7.5 s
         # with a listing spread as wide as the shuffles.
-        out["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = out["spark.sql.shuffle.partitions"]
-    user = {k: str(v) for k, v in (conf or {}).items()}
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": shuffle_partitions,
+    }
+
+
+def _table_format_conf(table_format: str, user: Mapping[str, str], catalog: str | None,
+                       warehouse: str | Path | None) -> dict[str, str]:
+    """The jars, extensions and catalog of the table format (the user's keys win after this)."""
+    out: dict[str, str] = {}
     if table_format == "iceberg":
         if "spark.jars" not in user and "spark.jars.packages" not in user:
             out["spark.jars"] = iceberg_runtime_jar()
@@ -147,7 +163,6 @@ def spark_conf(
         from dagster_incremental.spark.delta.storage import on_s3
 
         out.update(delta_conf(user, on_s3=warehouse is not None and on_s3(str(warehouse))))
-    out.update(user)
     return out
 
 

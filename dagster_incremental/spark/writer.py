@@ -114,16 +114,25 @@ class TableWriter:
         holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """
         pending = PendingCommit.open(self.spark, spec, commit, run_started_at, guard)
-        exists = pending.iceberg is not None
         local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
         local = as_local(batch)
         if local is not None:
             if window is None and not full_refresh:
+                exists = pending.iceberg is not None
                 result = write_local(self.spark, pending, local, exists=exists, deduplicated=deduplicated)
                 if result is not None:
                     return result
             local_count = local.num_rows if deduplicated else None
             batch = arrow_to_spark(self.spark, local)
+        return self._write_frame(pending, batch, window, full_refresh, deduplicated, local_count)
+
+    def _write_frame(
+        self, pending: PendingCommit, batch: DataFrame | None, window: WindowReplace | None, full_refresh: bool,
+        deduplicated: bool, local_count: int | None,
+    ) -> WriteResult:
+        """The Spark path: the table created (with the rows) or its schema fitted, then the
+        disposition's commit."""
+        spec = pending.spec
         batch, helpers = prepared_batch(pending, batch, deduplicated)
         data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
         exists = self.table_exists(spec.table)
