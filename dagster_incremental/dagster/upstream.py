@@ -136,7 +136,8 @@ class UpstreamInputs:
             committed = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc) if at_ms is not None else None
             out[name] = {
                 "table": table.display,
-                "snapshot_id": end,
+                # text: Dagster's UI shows JSON numbers past 2**53 rounded, and a snapshot id is 64 bits
+                "snapshot_id": str(end) if end is not None else None,
                 "snapshot_committed_at": format_instant(committed) if committed is not None else None,
                 "read": "nothing new" if all(part.kind == "none" for part in parts) else
                         ", ".join(dict.fromkeys(part.kind for part in parts if part.kind != "none")),
