@@ -17,6 +17,7 @@ ROWS_INSERTED = "dagster_incremental/rows_inserted"
 ROWS_UPDATED = "dagster_incremental/rows_updated"
 ROWS_DELETED = "dagster_incremental/rows_deleted"
 SLICES = "dagster_incremental/slices"  # [committed, planned] of a run cut into slices by step
+SLICES_TEXT = "dagster_incremental/slices_committed"  # the same in words, for the UI ("3 of 3 slices")
 UPSTREAM_READ = "dagster_incremental/upstream"  # a Changes asset: per parameter, the upstream snapshot read up to
 COUNTS_SCOPE = "dagster_incremental/counts_scope"  # partitioned runs: what the row figures count
 ROW_COUNT = "dagster/row_count"

@@ -354,7 +354,8 @@ class Runner:
         """The Output of a run whose slices are committed: no value, the run's totals."""
         extra = result_metadata(run.spec.table, commits.total(), self.settings.column_descriptions)
         if commits.planned > 1:
-            extra = {md.SLICES: dg.MetadataValue.json([len(commits.made), commits.planned]), **extra}
+            extra = {md.SLICES: dg.MetadataValue.json([len(commits.made), commits.planned]),
+                     md.SLICES_TEXT: dg.MetadataValue.text(f"{len(commits.made)} of {commits.planned} slices"), **extra}
         window = self._loaded_window(run.plan, whole, state, sliced=commits.planned > 1)
         return self.output(run, None, self._state_to_report(run, state), window, extra, commits.made)
 

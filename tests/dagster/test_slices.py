@@ -93,6 +93,7 @@ def test_a_long_run_commits_one_slice_at_a_time(spark, env, instance):
     assert all(line.endswith(f"): 24 rows ({24 * k} so far)") for k, line in enumerate(logs, 1))
     meta = metadata(result, "five_days")
     assert meta["dagster_incremental/slices"] == [5, 5]
+    assert meta["dagster_incremental/slices_committed"] == "5 of 5 slices"  # the same, labelled for the UI
     assert meta["dagster_incremental/rows_inserted"] == HOURS and meta["dagster/row_count"] == HOURS
     assert meta["dagster_incremental/state"]["last_value"] == states[-1]["last_value"]
     assert ids(spark, io, "five_days") == list(range(HOURS))
