@@ -90,6 +90,7 @@ class UpstreamInputs:
         for name, read in reads.items():
             table = io.table_name(self.keys[name])
             context.log.info(
+                f"{name}: nothing new in {table.display} since snapshot {read.end}" if read.kind == "none" else
                 f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
                 + (f" ({len(read.commits)} commits)" if read.commits else "")
             )
