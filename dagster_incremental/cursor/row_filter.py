@@ -63,17 +63,10 @@ class RowFilter:
     def __init__(self, run: FilteredRun) -> None:
         self.run = run
 
-    # -- the kinds of input -------------------------------------------------------------------------------
+    # -- the kinds of input ---------------------------------------------------------------------
 
     def filter(self, items: Any) -> Any:
-        """Keep the in-range, not-yet-loaded rows of `items`, in the same kind as given.
-
-        dict rows, an iterable of dict rows or of pages -> a list of dicts; a pyarrow Table or
-        RecordBatch -> the same; a pandas DataFrame -> a DataFrame; a pyspark DataFrame -> a lazy
-        DataFrame; an iterable of tables or frames -> one table or frame. Iterables are pulled
-        lazily and no further once can_close() (row_order), so an endless generator ends. Can be
-        called many times per run; the live state carries over.
-        """
+        """IncrementalRun.filter: the kept rows of `items`, in the kind given (one branch per kind)."""
         if _is_spark_df(items):
             return filter_spark(self.run, items)
         if isinstance(items, pa.Table):
