@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
+from dagster_incremental.spark.rest_catalog import SPARK_CATALOG_CLASS
 from dagster_incremental.spark.table_metadata import TableMetadata, pyiceberg_metadata
 from dagster_incremental.spark.table_storage import pyiceberg_io_properties
 
-SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 # JDBC URL options that libpq spells the same way (anything else: ask Spark)
 _SAME_IN_LIBPQ = ("sslmode", "application_name", "connect_timeout")
 _catalogs: dict[tuple[str, str, tuple[tuple[str, str], ...]], Any] = {}

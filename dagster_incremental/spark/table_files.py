@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dagster_incremental.spark.rest_catalog import RestCatalogConf, load_metadata as load_rest_metadata
+from dagster_incremental.spark.rest_catalog import SPARK_CATALOG_CLASS, RestCatalogConf, load_metadata as load_rest_metadata
 from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
 from dagster_incremental.spark.table_metadata import TableMetadata, read_metadata
 from dagster_incremental.spark.table_ref import TableRef
-
-SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 
 
 @dataclass(frozen=True)
