@@ -1,5 +1,6 @@
 """The cursor as declared: the options of `incremental(...)` validated into a frozen
-`CursorDefinition`, and `Incremental`, the type an asset's parameter is annotated with.
+`CursorDefinition` (which also says whether a stored state fits it), and `Incremental`, the type
+an asset's parameter is annotated with.
 
 A bound run reads the definition; the spec (`spec.py`) is the definition that binds to a run.
 """
@@ -11,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from dagster_incremental.cursor import values as cv
 from dagster_incremental.cursor.paths import CursorPath, parse_cursor_path
@@ -29,7 +30,10 @@ from dagster_incremental.cursor.vocabulary import (
     RangeBound,
     RowOrder,
 )
-from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError
+
+if TYPE_CHECKING:
+    from dagster_incremental.cursor.state import CursorState
 
 
 def _known(arg: str, value: Any, allowed: Sequence[Any]) -> None:
@@ -351,6 +355,50 @@ class CursorDefinition:
                     f"with last_value_func={self.last_value_func!r} the range runs from initial_value "
                     f"{'up' if self.direction == 'max' else 'down'} to end_value; swap them."
                 )
+
+    # -- a stored state against this definition ---------------------------------------------
+
+    def check_state(self, state: CursorState | None) -> None:
+        """Refuse a stored state made by another definition: its last_value would mean something
+        else. A minimal state ({"last_value": ...}, e.g. written by hand) is accepted; whatever
+        identity fields a state has must match."""
+        if state is None:
+            return
+        changes = []
+        if state.recorded("cursor_path") and state.cursor_path != self.cursor_path:
+            changes.append(f"cursor_path {state.cursor_path!r} -> {self.cursor_path!r}")
+        func = func_name(self.last_value_func)
+        if state.recorded("last_value_func") and state.last_value_func != func:
+            changes.append(f"last_value_func {state.last_value_func!r} -> {func!r}")
+        stype = state.cursor_type
+        if self._type is not None and stype is not None and stype != self._type:
+            inferred_temporal = self.cursor_type is None and {stype, self._type} <= {"date", "timestamp"}
+            if not inferred_temporal:
+                changes.append(f"cursor_type {stype!r} -> {self._type!r}")
+        if changes:
+            raise CursorStateMismatch(
+                "The stored cursor state was made by a different cursor definition ("
+                + "; ".join(changes)
+                + "): its last_value cannot be used. Run a full refresh (replace the table and drop "
+                "the stored state), or restore the previous definition.",
+                changed=[c.split(" ", 1)[0] for c in changes],
+            )
+
+    def cursor_type_with(self, state: CursorState | None) -> str | None:
+        """The cursor type a run of this definition starts with: the declared one, else the one
+        the values imply (a stored "timestamp" wins over an inferred "date"), else the state's
+        (None: detected from the first row)."""
+        if self.cursor_type is not None:
+            return self.cursor_type
+        stype = state.cursor_type if state else None
+        if self._type is not None:
+            if self._type == "date" and stype == "timestamp":
+                return "timestamp"
+            return self._type
+        error = self.lag_error(stype, f" (the stored state says the cursor is a {stype})")
+        if error is not None:
+            raise error
+        return stype
 
     # -- derived properties ------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from dagster_incremental.cursor.row_errors import RowErrors
 from dagster_incremental.cursor.row_filter import RowFilter
 from dagster_incremental.cursor.definition import CursorDefinition, Incremental, func_name, normalise_pk
 from dagster_incremental.cursor.state import CursorState, StoredBoundary
-from dagster_incremental.errors import CursorStateMismatch, IncrementalConfigError
+from dagster_incremental.errors import IncrementalConfigError
 
 
 class IncrementalRun(Incremental):
@@ -51,8 +51,8 @@ class IncrementalRun(Incremental):
         self._is_backfill = spec.end_value is not None or (window is not None and stateless)
         if stateless and window is None and spec.end_value is None:
             raise IncrementalConfigError("bind(stateless=True) needs a window=(start, end) or an end_value.")
-        self._check_state(stored)
-        self.cursor_type: str | None = self._resolve_type(stored)
+        spec.check_state(stored)
+        self.cursor_type: str | None = spec.cursor_type_with(stored)
         self._type_explicit = spec.cursor_type is not None
         inherited = normalise_pk(inherited_primary_key, "inherited_primary_key") or None  # () = none
         self.dedup_key: DedupKey = (
@@ -74,46 +74,6 @@ class IncrementalRun(Incremental):
         self._resolve_range(stored, window)
 
     # -- binding ---------------------------------------------------------------------------------
-
-    def _check_state(self, state: CursorState | None) -> None:
-        """A minimal state ({"last_value": ...}, e.g. written by hand) is accepted; whatever
-        identity fields a state has must match the spec."""
-        if state is None:
-            return
-        spec = self.spec
-        changes = []
-        if state.recorded("cursor_path") and state.cursor_path != spec.cursor_path:
-            changes.append(f"cursor_path {state.cursor_path!r} -> {spec.cursor_path!r}")
-        func = func_name(spec.last_value_func)
-        if state.recorded("last_value_func") and state.last_value_func != func:
-            changes.append(f"last_value_func {state.last_value_func!r} -> {func!r}")
-        stype = state.cursor_type
-        if spec._type is not None and stype is not None and stype != spec._type:
-            inferred_temporal = spec.cursor_type is None and {stype, spec._type} <= {"date", "timestamp"}
-            if not inferred_temporal:
-                changes.append(f"cursor_type {stype!r} -> {spec._type!r}")
-        if changes:
-            raise CursorStateMismatch(
-                "The stored cursor state was made by a different cursor definition ("
-                + "; ".join(changes)
-                + "): its last_value cannot be used. Run a full refresh (replace the table and drop "
-                "the stored state), or restore the previous definition.",
-                changed=[c.split(" ", 1)[0] for c in changes],
-            )
-
-    def _resolve_type(self, state: CursorState | None) -> str | None:
-        spec = self.spec
-        if spec.cursor_type is not None:
-            return spec.cursor_type
-        stype = state.cursor_type if state else None
-        if spec._type is not None:
-            if spec._type == "date" and stype == "timestamp":
-                return "timestamp"
-            return spec._type
-        error = spec.lag_error(stype, f" (the stored state says the cursor is a {stype})")
-        if error is not None:
-            raise error
-        return stype
 
     def _key(self, value: Any, what: str) -> Any:
         """A bound / state value as a key (for a callable: as the public value it compares)."""
