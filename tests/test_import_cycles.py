@@ -126,3 +126,29 @@ def test_an_upward_import_is_found(tmp_path):
     graph = import_graph(pkg)
     assert "dagster_incremental.dagster.run" in graph["dagster_incremental.cursor.spec"]
     assert layer("dagster_incremental.dagster.run") not in MAY_IMPORT[layer("dagster_incremental.cursor.spec")]
+
+
+def listed_modules(subpackage: str) -> list[str]:
+    """The modules ARCHITECTURE.md lists for `subpackage` ("cursor", "settings"), in its order."""
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text()
+    listing = text.split(f"\n{subpackage}/\n", 1)[1].split("\n\n", 1)[0].split("\n```", 1)[0]
+    return [line.split()[0].removesuffix(".py") for line in listing.splitlines() if line.startswith("  ") and
+            not line.startswith("   ")]
+
+
+@pytest.mark.parametrize("subpackage", ["cursor", "settings"])
+def test_architecture_lists_each_module_after_the_modules_it_imports(subpackage):
+    """ARCHITECTURE.md's module list of cursor/ and settings/ is the reading order: every module
+    is there, and each imports only modules listed above it."""
+    listed = listed_modules(subpackage)
+    prefix = f"dagster_incremental.{subpackage}."
+    graph = import_graph()
+    present = sorted(m.removeprefix(prefix) for m in graph if m.startswith(prefix))
+    assert sorted(listed) == present
+    below = sorted(
+        f"{name} -> {target.removeprefix(prefix)}"
+        for index, name in enumerate(listed)
+        for target in graph[prefix + name]
+        if target.startswith(prefix) and listed.index(target.removeprefix(prefix)) > index
+    )
+    assert below == []
