@@ -24,10 +24,10 @@ from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, increm
 from dagster_incremental.settings.errors import find_name, section_text, suggest
 from dagster_incremental.dagster.upstream import is_changes_param
 from dagster_incremental.settings.schema import AssetOptions, WriteDisposition
-from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
+from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES, Disposition, MergeStrategy, SortOrder
 from dagster_incremental.settings.secrets import SecretsFile, function_arguments
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import Scd2Options
+from dagster_incremental.spark.write_spec import Scd2Options, WriteSpec
 
 
 PARTITION_SCHEDULES = {
@@ -48,11 +48,11 @@ class AssetSettings:
     description: str | None
     primary_key: tuple[str, ...]
     merge_key: tuple[str, ...]
-    disposition: str
-    strategy: str | None
+    disposition: Disposition
+    strategy: MergeStrategy | None
     scd2: Scd2Options
     hard_delete_column: str | None
-    dedup_sort: tuple[str, str] | None
+    dedup_sort: tuple[str, SortOrder] | None
     partition_by: tuple[str, ...]
     partitions_def: dg.PartitionsDefinition | None
     tenants: TenantPartitions | None  # static or tenant x day partitions: a cursor per tenant
@@ -133,7 +133,27 @@ class AssetSettings:
             out.append(f"hard_delete on {self.hard_delete_column!r} only applies to disposition = \"merge\"")
         return [f"asset {self.name!r}: {text}" for text in out]
 
+    def write_spec(self, table: TableRef) -> WriteSpec:
+        """How a run writes `table` (the IO manager's name for the asset), built from these
+        settings directly: the typed record goes from the settings to the commit, and
+        write_settings(), its JSON, is only for the definition metadata."""
+        return WriteSpec(
+            table=table,
+            disposition=self.disposition,
+            strategy=self.strategy,
+            primary_key=self.primary_key,
+            merge_key=self.merge_key,
+            hard_delete_column=self.hard_delete_column,
+            dedup_sort=self.dedup_sort,
+            cursor_column=self.window_column,
+            partition_by=self.partition_by,
+            scd2=self.scd2 if self.strategy == "scd2" else Scd2Options(),  # the defaults: nothing reads them
+            delete_missing=self.delete_missing,
+        )
+
     def write_settings(self) -> dict[str, Any]:
+        """The write settings as JSON, for the definition metadata (a plain DataFrame asset's IO
+        manager reads them back: `write_spec_from_settings`)."""
         return {
             "disposition": self.disposition,
             "strategy": self.strategy,

@@ -28,7 +28,6 @@ from dagster_incremental.cursor.vocabulary import RunMode
 from dagster_incremental.dagster import checks, config_use, progress
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.asset_settings import AssetSettings, reserved_params
-from dagster_incremental.dagster.io_manager import write_spec_from_settings
 from dagster_incremental.dagster.metadata import result_metadata
 from dagster_incremental.dagster.masking import Redactor
 from dagster_incremental.dagster.partition_counts import RangeCommit, Window, partition_metadata
@@ -426,7 +425,7 @@ class Runner:
     def write_spec(self, io, asset_key: dg.AssetKey) -> WriteSpec:
         """The asset's own spec, also for a full refresh: the writer's full refresh writes the
         rows a first run would insert (deduplicated, no tombstones, scd2's columns)."""
-        return write_spec_from_settings(io.table_name(asset_key), self.settings.write_settings())
+        return self.settings.write_spec(io.table_name(asset_key))
 
     def window_replace(self, plan: Plan, runs: Mapping[str, Any]) -> WindowReplace | None:
         if not plan.window_replace or self.settings.strategy == "scd2":
