@@ -45,19 +45,19 @@ def summarize(result) -> list[str]:
         state = meta.get("dagster_incremental/state") or {}
         last = CursorState.from_dict(state).last_value if isinstance(state, dict) else None
         part = f" [{mat.partition}]" if mat.partition else ""
-        cursor = f"cursor {last!r}"
+        cursor = f"cursor {last!r}" if last is not None else "no cursor"  # customers, customer_revenue: none
         upstream = meta.get("dagster_incremental/upstream")
         if isinstance(upstream, dict) and upstream:  # a Changes asset: its cursor is an upstream snapshot
             cursor = "; ".join(
                 f"read {name} up to snapshot {read['snapshot_id']} (committed {read['snapshot_committed_at']}): "
                 f"{read['rows_read']} rows" for name, read in upstream.items()
             )
-        lines.append(
-            f"  {mat.asset_key.to_user_string()}{part}: {meta.get('dagster/row_count', '?')} rows "
-            f"(+{meta.get('dagster_incremental/rows_inserted', 0)} "
-            f"~{meta.get('dagster_incremental/rows_updated', 0)} "
-            f"-{meta.get('dagster_incremental/rows_deleted', 0)}), {cursor}"
-        )
+        figures = (f"+{meta.get('dagster_incremental/rows_inserted', 0)} "
+                   f"~{meta.get('dagster_incremental/rows_updated', 0)} "
+                   f"-{meta.get('dagster_incremental/rows_deleted', 0)}")
+        if "dagster_incremental/replaced" in meta:  # a replace rewrites every row: not a diff
+            figures = f"table replaced: {meta.get('dagster_incremental/rows_inserted', 0)} rows written"
+        lines.append(f"  {mat.asset_key.to_user_string()}{part}: {meta.get('dagster/row_count', '?')} rows ({figures}), {cursor}")
     return lines
 
 

@@ -175,8 +175,12 @@ def _incremental_on(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey
 def _description(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
     lines = [columns_as_list(settings.description.strip())] if settings.description else []
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
-    keys = f" on {', '.join(settings.primary_key)}" if settings.primary_key else ""
-    lines.append(f"{_incremental_on(settings, upstreams)}; {write}{keys} into {settings.table.display}.")
+    # Name each key: "delete-insert on event_id" read as if event_id chose the rows replaced,
+    # where a merge_key (event_date) does.
+    keys = [f"{label} {', '.join(columns)}" for label, columns in
+            (("merge key", settings.merge_key), ("primary key", settings.primary_key)) if columns]
+    write += f" ({'; '.join(keys)})" if keys else ""
+    lines.append(f"{_incremental_on(settings, upstreams)}; {write} into {settings.table.display}.")
     return "\n\n".join(lines)
 
 

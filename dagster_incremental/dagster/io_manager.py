@@ -212,7 +212,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             finally:
                 if isinstance(obj.data, LocalRows):  # rows spilled to disk: remove the files
                     obj.data.close()
-            context.add_output_metadata(md.result_metadata(obj.spec.table, result, obj.column_descriptions))
+            context.add_output_metadata(md.result_metadata(
+                obj.spec.table, result, obj.column_descriptions,
+                replaced=obj.spec.replaces_table(obj.window)))
             return
         if not is_spark_frame(obj):
             raise IncrementalConfigError(
@@ -222,7 +224,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         spec = self._spec_from_definition(context)
         window = self._output_window(context, spec)
         result = self.tables.write_frame(spec, obj, context.run_id, window)
-        context.add_output_metadata(md.result_metadata(spec.table, result))
+        context.add_output_metadata(
+            md.result_metadata(spec.table, result, replaced=spec.replaces_table(window)))
 
     def _output_window(self, context: dg.OutputContext, spec: WriteSpec) -> WindowReplace | None:
         """A partitioned DataFrame asset replaces its partition's window of `partition_expr`."""

@@ -18,6 +18,7 @@ ROWS_UPDATED = "dagster_incremental/rows_updated"
 ROWS_DELETED = "dagster_incremental/rows_deleted"
 SLICES = "dagster_incremental/slices"  # [committed, planned] of a run cut into slices by step
 SLICES_TEXT = "dagster_incremental/slices_committed"  # the same in words, for the UI ("3 of 3 slices")
+REPLACED = "dagster_incremental/replaced"  # a commit that replaced the whole table, in words
 UPSTREAM_READ = "dagster_incremental/upstream"  # a Changes asset: per parameter, the upstream snapshot read up to
 COUNTS_SCOPE = "dagster_incremental/counts_scope"  # partitioned runs: what the row figures count
 ROW_COUNT = "dagster/row_count"
@@ -82,16 +83,31 @@ def table_schema(columns: Sequence[tuple[str, str]], descriptions: Mapping[str, 
     return dg.TableSchema(columns=[dg.TableColumn(name=n, type=t, description=described.get(n)) for n, t in columns])
 
 
-def result_metadata(table: Any, result: Any, descriptions: Mapping[str, str] | None = None) -> dict[str, Any]:
+def result_metadata(table: Any, result: Any, descriptions: Mapping[str, str] | None = None,
+                    replaced: bool = False) -> dict[str, Any]:
     """What a commit did (a spark WriteResult on `table`, a TableRef), as materialization
-    metadata; a sliced run reports its totals with it."""
+    metadata; a sliced run reports its totals with it. `replaced`: the commit replaced the whole
+    table (write disposition replace, no partition window), said in words beside the figures."""
     import dagster as dg
 
-    return {
+    out: dict[str, Any] = {
         ROWS_INSERTED: dg.MetadataValue.int(result.rows_inserted),
         ROWS_UPDATED: dg.MetadataValue.int(result.rows_updated),
         ROWS_DELETED: dg.MetadataValue.int(result.rows_deleted),
+    }
+    if replaced and (result.rows_inserted or result.rows_deleted):
+        out[REPLACED] = dg.MetadataValue.text(replaced_text(result.rows_deleted, result.rows_inserted))
+    return {
+        **out,
         ROW_COUNT: dg.MetadataValue.int(result.row_count),
         TABLE_NAME: dg.MetadataValue.text(table.display),
         COLUMN_SCHEMA: dg.MetadataValue.table_schema(table_schema(result.schema, descriptions)),
     }
+
+
+def replaced_text(removed: int, written: int) -> str:
+    """A whole-table replace in words: rows_inserted/rows_deleted alone (+23 -23 on a run where
+    nothing changed) read as if every row had changed."""
+    return (f"replaced the whole table: {removed:,} rows removed, {written:,} rows written "
+            "(a replace rewrites every row, changed or not: rows_inserted and rows_deleted count "
+            "the rows written and removed, not what changed)")

@@ -351,7 +351,8 @@ class Runner:
 
     def _output_of_committed_slices(self, run: MaterializationRun, whole: Runs, state: AssetState | None, commits: Commits) -> dg.Output:
         """The Output of a run whose slices are committed: no value, the run's totals."""
-        extra = result_metadata(run.spec.table, commits.total(), self.settings.column_descriptions)
+        extra = result_metadata(run.spec.table, commits.total(), self.settings.column_descriptions,
+                                replaced=run.spec.replaces_table(self.window_replace(run.plan, whole)))
         if commits.planned > 1:
             extra = {md.SLICES: dg.MetadataValue.json([len(commits.made), commits.planned]),
                      md.SLICES_TEXT: dg.MetadataValue.text(f"{len(commits.made)} of {commits.planned} slices"), **extra}

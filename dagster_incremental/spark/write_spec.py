@@ -78,6 +78,11 @@ class WriteSpec:
         its table is merge-on-read and its counts come from the keys."""
         return self.keyed and self.merge_strategy != "insert-only"
 
+    def replaces_table(self, window: WindowReplace | None) -> bool:
+        """A commit of this spec rewrites every row of the table (replace, no partition window):
+        its rows_inserted/rows_deleted count every row, changed or not."""
+        return self.disposition == "replace" and window is None
+
 
 @dataclass(frozen=True)
 class WindowReplace:
