@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+if TYPE_CHECKING:  # pyspark is imported where a session is used: a pyiceberg commit needs none
+    from pyspark.sql import DataFrame, SparkSession
 
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.errors import ConcurrentRunError
@@ -518,6 +518,8 @@ class PendingCommit:
 
     def overwrite_all(self, spark: SparkSession, frame: DataFrame) -> None:
         """Replace every row of the table by `frame`'s, as this commit."""
+        from pyspark.sql import functions as F
+
         with self.guarded(spark):
             frame.writeTo(self.target.sql).options(**write_options(self.properties)).overwrite(F.lit(True))
 

@@ -14,9 +14,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:  # needs_compaction is asked after every commit, pyiceberg's too: no pyspark for it
+    from pyspark.sql import SparkSession
 
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteResult
