@@ -16,6 +16,7 @@ from dagster_incremental.errors import CursorStateMismatch
 STATE_VERSION = 2  # 2: boundary keys stored as the key values themselves (1: their JSON text)
 READABLE_VERSIONS = (1, STATE_VERSION)
 WRITE_KEYS = "write_keys"  # asset level: the keys the table was written under
+UPSTREAM = "upstream"  # asset level: each Changes parameter's cursor (an UpstreamPosition)
 _RUN_REPORT = "start_value"  # only reports where a run began; the next run resumes from the rest
 
 
@@ -144,16 +145,32 @@ def _dedup_key(raw: Any) -> DedupKey | None:
 
 
 @dataclass(frozen=True)
+class UpstreamPosition:
+    """A `Changes` parameter's cursor: the upstream table and the snapshot read up to (its
+    table_id tells a dropped and re-created table from the one read before)."""
+
+    table: str
+    snapshot_id: int | None
+    table_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"table": self.table, "snapshot_id": self.snapshot_id}
+        return {**out, "table_id": self.table_id} if self.table_id else out
+
+
+@dataclass(frozen=True)
 class AssetState:
     """An asset's stored state: its cursors' states plus the keys the table was written under.
 
     Layout: one cursor stores its state's keys at the top level (`several` False); several store
-    one object per argument name. An asset without a cursor stores `{"last_value": null}`.
+    one object per argument name. An asset without a cursor stores `{"last_value": null}`, or,
+    reading one upstream's `Changes`, that upstream's snapshot as its last_value.
     """
 
     cursors: Mapping[str | None, CursorState | None]
     several: bool
     write_keys: Mapping[str, Any] | None = None
+    upstream: Mapping[str, UpstreamPosition] = field(default_factory=dict)
 
     @classmethod
     def of(cls, cursors: Mapping[str, CursorState | None], write_keys: Mapping[str, Any] | None = None) -> AssetState:
@@ -177,9 +194,12 @@ class AssetState:
             only = next(iter(self.cursors.values()))
             out = only.to_dict() if only is not None else {}
         else:
-            out = {"last_value": None}
+            lone = next(iter(self.upstream.values())) if len(self.upstream) == 1 else None
+            out = {"last_value": lone.snapshot_id if lone is not None else None}
         if self.write_keys is not None:
             out[WRITE_KEYS] = copy.deepcopy(dict(self.write_keys))
+        if self.upstream:
+            out[UPSTREAM] = {name: position.to_dict() for name, position in self.upstream.items()}
         return out
 
     @classmethod

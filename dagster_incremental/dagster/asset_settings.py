@@ -151,6 +151,16 @@ class AssetSettings:
             delete_missing=self.delete_missing,
         )
 
+    @property
+    def write_keys(self) -> dict[str, Any]:
+        """The keys a merge matches by, stored with the cursor: a run under other keys must not
+        mix its rows into the table's (`CursorStateMismatch`, unless a full refresh)."""
+        return {
+            "primary_key": list(self.primary_key),
+            "merge_key": list(self.merge_key),
+            "write_disposition": self.disposition + (f"/{self.strategy}" if self.strategy else ""),
+        }
+
     def write_settings(self) -> dict[str, Any]:
         """The write settings as JSON, for the definition metadata (a plain DataFrame asset's IO
         manager reads them back: `write_spec_from_settings`)."""

@@ -278,7 +278,7 @@ class Runner:
             frame, deduplicated = self.load(run, runs)
         # after the load: a cursor type read from the rows gives the window its bounds' type
         part = sub_window(self.window_replace(run.plan, whole), window, index, count)
-        state = self._state_after(run.plan, runs, whole)
+        state = self._state_after(run, runs, whole)
         plan, spec = _write_for(run.plan, run.spec, index, part)
         return LoadedSlice(runs, state, self._batch_to_commit(run, plan, spec, frame, deduplicated, state, expected, part))
 
@@ -307,17 +307,18 @@ class Runner:
         if not already and run.io.spark_started:
             progress.say(run.context.log, run.asset, "first rows in: starting Spark in the background")
 
-    def _state_after(self, plan: Plan, runs: Runs, whole: Runs) -> AssetState | None:
+    def _state_after(self, run: MaterializationRun, runs: Runs, whole: Runs) -> AssetState | None:
         """The cursor a slice leaves (None: a backfill leaves none): last_value the newest value
-        loaded so far (a slice without rows leaves it where it was), begun where the run began."""
-        if plan.mode == "backfill":
+        loaded so far (a slice without rows leaves it where it was), begun where the run began;
+        each `Changes` parameter's, the upstream snapshot the slice read up to."""
+        if run.plan.mode == "backfill":
             return None
-        cursors = {name: run.cursor_state for name, run in runs.items()}
+        cursors = {name: bound.cursor_state for name, bound in runs.items()}
         name = self.sliced
         begun = whole[name].cursor_state if name is not None else None
         if name is not None and begun is not None and cursors[name] is not None:
             cursors[name] = dataclasses.replace(cursors[name], start_value=begun.start_value)
-        return AssetState.of(cursors, self._write_keys())
+        return self.upstream.record(AssetState.of(cursors, self.settings.write_keys), run.changes)
 
     def _batch_to_commit(self, run: MaterializationRun, plan: Plan, spec: WriteSpec, frame: Any, deduplicated: bool,
                state: AssetState | None, expected_snapshot: int | None, window: WindowReplace | None) -> IncrementalBatch:
@@ -327,7 +328,7 @@ class Runner:
             spec=spec,
             data=frame,
             commit=CommitInfo(
-                state=self._state_as_stored(run, state),
+                state=_as_json(state),
                 run_id=run.context.run_id,
                 scope=plan.scope,
             ),
@@ -371,13 +372,9 @@ class Runner:
     def _state_to_report(self, run: MaterializationRun, state: AssetState | None) -> Any:
         """The state the materialization shows: the cursor after the run, or (a backfill) the
         one in force, unchanged."""
-        return self._state_as_stored(run, state) if state is not None else _state_in_force_unchanged(run.stored, run.plan.scope)
-
-    def _state_as_stored(self, run: MaterializationRun, state: AssetState | None) -> dict[str, Any] | None:
-        """The state as stored, with the upstream snapshots its `Changes` parameters read to."""
         if state is None:
-            return None
-        return self.upstream.record(state.to_dict(), run.changes, bool(self.settings.cursors))
+            return _state_in_force_unchanged(run.stored, run.plan.scope)
+        return _as_json(state)
 
     def output(self, run: MaterializationRun, value: Any, state: Any, window: list[Any], extra: Mapping[str, Any] | None = None,
                commits: Sequence[RangeCommit] = ()) -> dg.Output:
@@ -455,18 +452,10 @@ class Runner:
     def _io(self, context) -> Any:
         return getattr(context.resources, self.io_manager_key)
 
-    def _write_keys(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            "primary_key": list(s.primary_key),
-            "merge_key": list(s.merge_key),
-            "write_disposition": s.disposition + (f"/{s.strategy}" if s.strategy else ""),
-        }
-
     def _check_write_keys(self, in_force: AssetState, plan: Plan) -> None:
         """Keys decide what a merge matches: rows written under other keys must not be mixed in."""
         before = in_force.write_keys
-        now = self._write_keys()
+        now = self.settings.write_keys
         if plan.full_refresh or before is None or before == now:
             return
         changed = [k for k in now if before.get(k) != now[k]]
@@ -524,6 +513,11 @@ def _commit(run: MaterializationRun, batch: IncrementalBatch) -> tuple[WriteResu
     finally:
         if isinstance(batch.data, LocalRows):
             batch.data.close()
+
+
+def _as_json(state: AssetState | None) -> dict[str, Any] | None:
+    """The state as the commit stores it and the materialization shows it: typed up to here."""
+    return state.to_dict() if state is not None else None
 
 
 def _write_for(plan: Plan, spec: WriteSpec, index: int, replace: WindowReplace | None) -> tuple[Plan, WriteSpec]:

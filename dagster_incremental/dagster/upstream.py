@@ -16,10 +16,9 @@ from typing import Any
 
 import dagster as dg
 
+from dagster_incremental.cursor.state import UPSTREAM, AssetState, UpstreamPosition
 from dagster_incremental.cursor.upstream import Changes, UpstreamOf, UpstreamRead, cut_read, plan_read
 from dagster_incremental.errors import IncrementalError
-
-UPSTREAM = "upstream"  # the state's key holding each Changes parameter's cursor
 
 # A transformation of an upstream's changes rarely outgrows them: collected to Arrow up to this
 # many rows, its write takes the local merge (see bench/README.md, the chain).
@@ -146,17 +145,13 @@ class UpstreamInputs:
             }
         return out
 
-    def record(self, state: Mapping[str, Any] | None, changes: Mapping[str, Changes], has_cursor: bool) -> Any:
-        """`state` with each parameter's cursor: the upstream snapshot read up to. Without an
-        `Incremental` cursor of its own, `last_value` is that snapshot (one upstream) too."""
+    def record(self, state: AssetState | None, changes: Mapping[str, Changes]) -> AssetState | None:
+        """`state` with each parameter's cursor: the upstream snapshot read up to."""
         if not changes or state is None:
             return state
-        upstream = {name: {"table": c.upstream, "snapshot_id": c.end_snapshot_id,
-                           **({"table_id": c.table_id} if c.table_id else {})} for name, c in changes.items()}
-        out = {**state, UPSTREAM: upstream}
-        if not has_cursor and len(changes) == 1:
-            out["last_value"] = next(iter(changes.values())).end_snapshot_id
-        return out
+        return dataclasses.replace(state, upstream={
+            name: UpstreamPosition(c.upstream, c.end_snapshot_id, c.table_id or None) for name, c in changes.items()
+        })
 
 
 def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | None) -> None:

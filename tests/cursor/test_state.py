@@ -7,7 +7,14 @@ import json
 import pytest
 
 from dagster_incremental.cursor.spec import incremental
-from dagster_incremental.cursor.state import AssetState, CursorState, StoredBoundary, resumable, state_json
+from dagster_incremental.cursor.state import (
+    AssetState,
+    CursorState,
+    StoredBoundary,
+    UpstreamPosition,
+    resumable,
+    state_json,
+)
 from dagster_incremental.errors import CursorStateMismatch
 
 # Written by the code before CursorState existed (same runs as in test_runs_write_the_same_json).
@@ -144,6 +151,32 @@ def test_asset_state_without_cursor_or_state():
     assert AssetState.from_dict({"last_value": None, "write_keys": WRITE_KEYS}, []).cursor(None).last_value is None
     with pytest.raises(CursorStateMismatch, match="write_keys is 3"):
         AssetState.from_dict({"last_value": 1, "write_keys": 3}, ["a"])
+
+
+ORDERS = UpstreamPosition("lake.incremental.orders", 5563959670852277096, "uuid-1")
+
+
+def test_a_chain_without_a_cursor_of_its_own_stores_the_upstream_snapshot_as_last_value():
+    """One upstream: last_value is its snapshot id (exact, past 2**53); two: no last_value of
+    their own, each parameter's snapshot under "upstream"."""
+    one = AssetState.of({}, WRITE_KEYS)
+    one = AssetState(one.cursors, one.several, one.write_keys, {"orders": ORDERS})
+    assert one.to_dict() == {
+        "last_value": 5563959670852277096, "write_keys": WRITE_KEYS,
+        "upstream": {"orders": {"table": "lake.incremental.orders", "snapshot_id": 5563959670852277096,
+                                "table_id": "uuid-1"}},
+    }
+    customers = UpstreamPosition("lake.incremental.customers", 7, None)
+    two = AssetState({}, False, None, {"orders": ORDERS, "customers": customers})
+    assert two.to_dict()["last_value"] is None
+    assert two.to_dict()["upstream"]["customers"] == {"table": "lake.incremental.customers", "snapshot_id": 7}
+
+
+def test_a_chain_with_its_own_cursor_keeps_its_last_value():
+    state = AssetState({"updated": stored(V2_PK)}, False, WRITE_KEYS, {"orders": ORDERS})
+    raw = state.to_dict()
+    assert raw["last_value"] == json.loads(V2_PK)["last_value"]
+    assert raw["upstream"]["orders"]["snapshot_id"] == ORDERS.snapshot_id
 
 
 def test_resumable_drops_only_the_start_values():
