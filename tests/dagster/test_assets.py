@@ -621,11 +621,13 @@ def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, i
     emptied = materialization(run(replaced, instance, io_manager))
     assert table_rows(spark, io_manager, name) == []
     assert (emptied["dagster_incremental/rows_deleted"].value, emptied["dagster/row_count"].value) == (3, 0)
+    assert emptied["dagster_incremental/replaced"].value.startswith("replaced the whole table: 3 rows removed, 0 rows written")
 
     table = io_manager.table_name(dg.AssetKey(name))
     commits = catalog.commit_count(spark, table)
     again = materialization(run(replaced, instance, io_manager))
     assert (again["dagster_incremental/rows_deleted"].value, again["dagster/row_count"].value) == (0, 0)
+    assert "dagster_incremental/replaced" not in again  # nothing was replaced
     assert catalog.commit_count(spark, table) == commits  # nothing to empty: no commit
 
 
