@@ -3,11 +3,16 @@ conditional writes, around each write's cursor check and commits.
 
 Why: Delta's S3 log store assumes one writing driver. Two drivers committing the same version
 both "succeed" on S3 (the later file replaces the earlier), so a commit, cursor and all, can
-vanish. Local and HDFS-like filesystems refuse the second file; S3 does only when asked
-(`If-None-Match: *`). The lease asks: it is created only if absent, renewed and released only
+vanish. S3 refuses the second file only when asked (`If-None-Match: *`). The lease asks: it is created only if absent, renewed and released only
 if it is still the one this writer put there (`If-Match`), and taken over only once it has not
 been renewed for LEASE_SECONDS by the server's clock (a killed writer's lease expires; a frozen
 one's too, which is why renewal runs on its own thread).
+
+On a local disk the writers take the table's file lock instead (`table_commit_lock`, as an
+Iceberg table's do): Spark's log store there checks that the version file is absent and then
+renames onto it, two steps, so a Spark commit racing delta-rs's (or another process's Spark)
+could both write one version. Seen in the race test without a pool: a first load doubled and a
+log file whose Hadoop checksum was another writer's.
 
 This orders the library's own writers (every run, backfill and full refresh of any process or
 machine) and nobody else: another Delta writer on the same table, a notebook or a Databricks
@@ -15,6 +20,7 @@ job, needs Delta's DynamoDB log store, which the library does not configure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -24,11 +30,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.delta.storage import on_s3, s3_settings
+from dagster_incremental.spark.table_files import table_commit_lock
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long (server clock) may be taken over
 RENEW_EVERY = LEASE_SECONDS / 4
@@ -39,10 +47,12 @@ _POLL = 0.5
 
 @contextmanager
 def commit_lease(location: str, table: str) -> Iterator[None]:
-    """Hold `location`'s commit lease for the block (no-op for a table not on S3). `table`
-    names it in errors."""
+    """Hold `location`'s commit lease for the block (a table on a local disk: its file lock;
+    elsewhere, e.g. HDFS, none). `table` names it in errors."""
     if not on_s3(location):
-        yield
+        folder = _local_folder(location)
+        with table_commit_lock(folder.parent, [folder.name]) if folder is not None else contextlib.nullcontext():
+            yield
         return
     lease = _Lease(s3_settings().client(), location, table)
     lease.acquire()
@@ -50,6 +60,15 @@ def commit_lease(location: str, table: str) -> Iterator[None]:
         yield
     finally:
         lease.release()
+
+
+def _local_folder(location: str) -> Path | None:
+    """The table's folder when `location` is a local path or a file: URI."""
+    scheme = urlsplit(location).scheme.lower()
+    if scheme not in ("", "file"):
+        return None
+    path = location[len("file://"):] if location.startswith("file://") else location.removeprefix("file:")
+    return Path(path)
 
 
 class _Lease:
