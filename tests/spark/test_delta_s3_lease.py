@@ -100,6 +100,21 @@ def test_a_writer_whose_lease_was_taken_over_leaves_the_new_holder_s_lease(table
     assert _lease_object(table) is None
 
 
-def test_a_table_on_a_local_disk_takes_no_lease(tmp_path):
-    with s3_lease.commit_lease(str(tmp_path / "t"), "ns.t"):
-        assert not list(tmp_path.iterdir())
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "file: URI"])
+def test_a_table_on_a_local_disk_takes_its_file_lock_not_a_lease(tmp_path, uri):
+    """Spark's local log store checks for a version file, then renames onto it: two writers of a
+    local table take turns on the table's file lock, written beside the table, never in it."""
+    location = f"file://{tmp_path / 't'}" if uri else str(tmp_path / "t")
+    taken = threading.Event()
+
+    def other_writer():
+        with s3_lease.commit_lease(str(tmp_path / "t"), "ns.t"):
+            taken.set()
+
+    with s3_lease.commit_lease(location, "ns.t"):
+        other = threading.Thread(target=other_writer)
+        other.start()
+        assert not taken.wait(0.5), "the other writer committed while this one held the lock"
+        assert [p.name for p in tmp_path.iterdir()] == [".dagster_incremental.lock"]  # no lease object
+    other.join(10)
+    assert taken.is_set()

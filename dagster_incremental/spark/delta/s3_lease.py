@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.delta.storage import on_s3, s3_settings
+from dagster_incremental.spark.delta.storage import local_path, on_s3, s3_settings
 from dagster_incremental.spark.table_files import table_commit_lock
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long (server clock) may be taken over
@@ -67,8 +67,7 @@ def _local_folder(location: str) -> Path | None:
     scheme = urlsplit(location).scheme.lower()
     if scheme not in ("", "file"):
         return None
-    path = location[len("file://"):] if location.startswith("file://") else location.removeprefix("file:")
-    return Path(path)
+    return Path(local_path(location))
 
 
 class _Lease:

@@ -117,5 +117,9 @@ def filesystem_and_path(location: str) -> tuple[Any, str]:
     if on_s3(location):
         parts = urlsplit(location)
         return _settings.filesystem(), parts.netloc + parts.path.rstrip("/")
-    path = location[len("file://"):] if location.startswith("file://") else location.removeprefix("file:")
-    return fs.LocalFileSystem(), path
+    return fs.LocalFileSystem(), local_path(location)
+
+
+def local_path(location: str) -> str:
+    """The path of a local location: a plain path, or a file: URI."""
+    return location[len("file://"):] if location.startswith("file://") else location.removeprefix("file:")
