@@ -165,19 +165,27 @@ _SLOTS = 1 << 30  # byte offsets a table name hashes to; a collision only makes 
 _open_files: dict[Path, int] = {}
 _thread_locks: dict[tuple[Path, int], threading.Lock] = {}
 _registry_lock = threading.Lock()
+_held = threading.local()  # the (file, slot) pairs this thread holds
 
 
 @contextmanager
 def table_commit_lock(warehouse: Path, table_parts: Sequence[str]) -> Iterator[None]:
-    """Hold the table's commit lock (waiting for another process's commit to finish)."""
+    """Hold the table's commit lock (waiting for another process's commit to finish). Taking it
+    again in the thread that holds it raises: that write would wait for itself forever."""
     path = warehouse / LOCK_FILE
     slot = zlib.crc32("\x00".join(table_parts).encode()) % _SLOTS
+    held: set[tuple[Path, int]] = _held.__dict__.setdefault("keys", set())
+    if (path, slot) in held:
+        raise RuntimeError(f"table {'.'.join(table_parts)} under {warehouse}: this thread already holds its commit "
+                           "lock; a write of the table inside another write of it would wait for itself forever")
     with _thread_lock(path, slot):
         fd = _lock_file(path)
         fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot)
+        held.add((path, slot))
         try:
             yield
         finally:
+            held.discard((path, slot))
             fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
 
 

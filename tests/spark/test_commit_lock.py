@@ -8,6 +8,8 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from dagster_incremental.spark.table_files import LOCK_FILE, table_commit_lock
 
 HOLD = textwrap.dedent("""
@@ -76,3 +78,12 @@ def test_releasing_one_table_keeps_the_other_locked(tmp_path):
             capture_output=True, text=True, check=True,
         )
         assert probe.stdout.strip() == "held"
+
+
+def test_a_thread_taking_the_lock_it_holds_is_refused_not_left_waiting_for_itself(tmp_path):
+    with table_commit_lock(tmp_path, ["ns", "orders"]):
+        with pytest.raises(RuntimeError, match="ns.orders .*already holds its commit lock"):
+            with table_commit_lock(tmp_path, ["ns", "orders"]):
+                pass
+    with table_commit_lock(tmp_path, ["ns", "orders"]):  # released as usual after the refusal
+        pass

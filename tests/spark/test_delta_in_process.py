@@ -3,6 +3,7 @@ cursor and figures as the Spark path for any history, and the same compare-and-s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from datetime import datetime
@@ -16,6 +17,7 @@ from catalogs import assert_delta_rs_agrees, delta_by_spark_only
 from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta import in_process
+from dagster_incremental.spark.delta import writer as delta_writer
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.local.rows import LocalRows
@@ -47,6 +49,15 @@ def batch(rows: list[tuple]) -> pa.Table:
     """Rows of (id, v, amount[, at]); `at` is a timestamp without a zone (AT when not given)."""
     return pa.Table.from_pylist([{"id": r[0], "v": r[1], "amount": r[2], "at": r[3] if len(r) > 3 else AT}
                                  for r in rows], schema=SCHEMA)
+
+
+def write_outside_the_lock(monkeypatch, *args, **kwargs):
+    """A write by a writer that does not take the library's lock on the table (a notebook, a job
+    on a machine with another lock), made while ours holds it: the commit race the cursor check
+    still has to win."""
+    with monkeypatch.context() as patch:
+        patch.setattr(delta_writer, "commit_lease", lambda location, table: contextlib.nullcontext())
+        return write(*args, **kwargs)
 
 
 def write(spark, table: TableRef, disposition: str, rows, state: int, guard=None):
@@ -112,7 +123,8 @@ def test_a_commit_another_writer_made_after_the_check_wins_and_ours_writes_nothi
     def another_run_commits_after_our_check(self):
         count = checked(self)
         monkeypatch.setattr(delta_commit.DeltaCommit, "checked_count", checked)
-        write(spark, table, "upsert", [(2, "other", 2.0)], 5, guard=CursorGuard(created.snapshot_id, None))
+        write_outside_the_lock(monkeypatch, spark, table, "upsert", [(2, "other", 2.0)], 5,
+                               guard=CursorGuard(created.snapshot_id, None))
         return count
 
     monkeypatch.setattr(delta_commit.DeltaCommit, "checked_count", another_run_commits_after_our_check)
@@ -132,7 +144,7 @@ def test_a_run_that_loses_the_race_to_create_the_table_writes_nothing_past_the_w
 
     def another_run_creates_it_first(*args):
         monkeypatch.setattr(in_process, "creatable_schema", schema_of)
-        write(spark, table, "append", [(2, "other", 2.0)], 5)
+        write_outside_the_lock(monkeypatch, spark, table, "append", [(2, "other", 2.0)], 5)
         return schema_of(*args)
 
     monkeypatch.setattr(in_process, "creatable_schema", another_run_creates_it_first)
