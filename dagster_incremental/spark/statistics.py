@@ -300,38 +300,52 @@ def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, 
 def _window_net(
     spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str]
 ) -> Counts:
-    """Net change of a window replace: the window's rows before and after, netted (window_counts),
-    plus the rows it removed outside the window (batch keys that moved in from another window:
-    an update when the key is back in the window, else a delete). Those rows are found from the
-    live row counts of the two snapshots; only when there are some are their keys looked up."""
-    net = window_counts(spark, table, snapshot.snapshot_id, window.column, [window.bounds], keys, rows_of=window.rows_of)[0]
-    if snapshot.parent_id is None:
-        return net
-    before = live_row_count(java_json(spark._jvm, iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
-    after = live_row_count(snapshot.summary)
-    if before is None or after is None:
-        return net
-    outside = (net.inserted - net.deleted) - (after - before)
-    if outside <= 0:
-        return net
-    moved = _moved_in(spark, table, snapshot, window, keys) if keys else 0
-    return Counts(net.inserted - moved, net.updated + moved, net.deleted + outside - moved)
-
-
-def _moved_in(
-    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str]
-) -> int:
-    """How many keys of the window's new rows the parent held outside the window (one join)."""
+    """Net change of an Iceberg window replace (window_replace_counts), the live row counts read
+    from the two snapshots' summaries."""
     def read(snapshot_id: Any) -> DataFrame:
         return spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
 
     after = read(snapshot.snapshot_id)
+    if snapshot.parent_id is None:
+        return window_replace_counts(table, after, None, window, keys)
+    before = live_row_count(java_json(spark._jvm, iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
+    return window_replace_counts(table, after, read(snapshot.parent_id), window, keys,
+                                 live_rows=(before, live_row_count(snapshot.summary)))
+
+
+def window_replace_counts(
+    table: TableRef,
+    after: DataFrame,
+    before: DataFrame | None,
+    window: WindowReplace,
+    keys: Sequence[str],
+    live_rows: tuple[int | None, int | None] = (None, None),
+) -> Counts:
+    """Net change of a window replace, in either format, from the window's rows alone: the
+    window's rows before and after, netted (net_window_counts), plus the rows it removed outside
+    the window (batch keys that moved in from another window: an update when the key is back in
+    the window, else a delete). Those rows are found from the two versions' live row counts
+    (`live_rows`: before, after); only when there are some are their keys looked up. The rest of
+    the table is never read: a day's backfill costs a day's rows, whatever the table's size."""
+    net = net_window_counts(table, after, before, window.column, [window.bounds], keys, window.rows_of)[0]
+    rows_before, rows_after = live_rows
+    if before is None or rows_before is None or rows_after is None:
+        return net
+    outside = (net.inserted - net.deleted) - (rows_after - rows_before)
+    if outside <= 0:
+        return net
+    moved = _moved_in(table, after, before, window, keys) if keys else 0
+    return Counts(net.inserted - moved, net.updated + moved, net.deleted + outside - moved)
+
+
+def _moved_in(table: TableRef, after: DataFrame, before: DataFrame, window: WindowReplace, keys: Sequence[str]) -> int:
+    """How many keys of the window's new rows the table held outside the window before (one join)."""
     ref = F.col(quote(resolve_column(table, after.schema, window.column)))
     names = [resolve_column(table, after.schema, k) for k in keys]
     inside = in_window(ref, *window.bounds) & _only(table, after, window.rows_of)
     columns = [F.col(quote(k)) for k in names]
     new = after.where(inside).select(*columns).distinct()
-    old = read(snapshot.parent_id).where(~inside).select(*columns)
+    old = before.where(~inside).select(*columns)
     return new.join(old, on=names, how="left_semi").count()
 
 

@@ -15,6 +15,7 @@ from dagster_incremental.errors import ConcurrentRunError, DataShapeError, Incre
 from dagster_incremental.spark.partitioning import parse_partition_field, partition_bounds
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import conflicts_as_concurrent_run
+from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
@@ -76,6 +77,14 @@ def table(request):
 @pytest.fixture
 def writer(spark):
     return TableWriter(spark)
+
+
+@pytest.fixture(params=["iceberg", "delta"])
+def format_writer(request, spark, spark_warehouse, table):
+    """(writer, table) of each table format: an Iceberg table of the catalog, a Delta table's folder."""
+    if request.param == "delta":
+        return DeltaWriter(spark), table.at(f"{spark_warehouse}/delta/tw/{table.name}")
+    return TableWriter(spark), table
 
 
 def contents(spark, table):
@@ -425,8 +434,9 @@ def test_insert_only_counts_only_the_rows_it_inserted(spark, writer, table):
     assert writer.read_committed_state(table).state == {"last_value": 2}
 
 
-def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(spark, writer, table):
+def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(spark, format_writer):
     """A key updated into a later window leaves no old version behind in its earlier window."""
+    writer, table = format_writer
     spec = WriteSpec(
         table=table, disposition="merge", strategy="delete-insert", primary_key=("id",),
         hard_delete_column="deleted", cursor_column="day",
@@ -451,9 +461,10 @@ def test_window_backfill_of_a_merge_table_keeps_one_row_per_key_when_keys_move(s
 
 
 @pytest.mark.parametrize("strategy", ["delete-insert", "upsert"])
-def test_window_backfill_counts_the_net_change_of_the_window(spark, writer, table, strategy):
+def test_window_backfill_counts_the_net_change_of_the_window(spark, format_writer, strategy):
     """A backfill reloading a window reports what changed in it (docs/write-dispositions.md's row counts), not
     the rows the merge-on-read commit rewrote: identical rows count nothing."""
+    writer, table = format_writer
     spec = WriteSpec(table=table, disposition="merge", strategy=strategy, primary_key=("id",), cursor_column="day")
     day, other = dt.date(2024, 1, 2), dt.date(2024, 1, 3)
     window = WindowReplace("day", day, other)

@@ -12,21 +12,24 @@ from pyspark.sql import DataFrame, SparkSession
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import WriteResult
+from dagster_incremental.spark.write_spec import WindowReplace, WriteResult
 
 _WRITES = ("WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT")
 
 
 def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, deleted: int = 0,
-           net_by: Sequence[str] | None = None) -> WriteResult:
+           net_by: Sequence[str] | None = None, window: WindowReplace | None = None) -> WriteResult:
     """The WriteResult of `made` (None: the statement committed nothing). net_by: the MERGE
     deleted rows to insert them again (a window replace, delete-insert on a merge_key), so the
-    two versions' rows are netted, paired by these keys."""
+    two versions' rows are netted, paired by these keys: the window's rows only when `window`
+    is the window the MERGE replaced."""
     table = pending.table
     version = made.version if made is not None else pending.log.current_version()
     inserted = updated = removed = 0
     if made is not None and made.operation in _WRITES:
         inserted, removed = made.count("numOutputRows"), deleted
+    elif made is not None and made.operation == "MERGE" and window is not None and made.version > 0:
+        inserted, updated, removed = window_change(spark, table, made.version, window, net_by or ())
     elif made is not None and made.operation == "MERGE" and net_by is not None and made.version > 0:
         inserted, updated, removed = net_change(spark, table, made.version, net_by)
     elif made is not None and made.operation == "MERGE" and pending.spec.merge_strategy == "delete-insert":
@@ -74,6 +77,18 @@ def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequenc
     from dagster_incremental.spark.statistics import net_counts
 
     counts = net_counts(at_version(spark, table, version), at_version(spark, table, version - 1), keys)
+    return counts.inserted, counts.updated, counts.deleted
+
+
+def window_change(spark: SparkSession, table: TableRef, version: int, window: WindowReplace,
+                  keys: Sequence[str]) -> tuple[int, int, int]:
+    """(inserted, updated, deleted) of the window replace `version`, from the window's rows of
+    the two versions (the live row counts from the log's file statistics)."""
+    from dagster_incremental.spark.statistics import window_replace_counts
+
+    counts = window_replace_counts(table, at_version(spark, table, version), at_version(spark, table, version - 1),
+                                   window, keys, live_rows=(row_count(spark, table, version - 1),
+                                                            row_count(spark, table, version)))
     return counts.inserted, counts.updated, counts.deleted
 
 

@@ -217,4 +217,4 @@ class DeltaWriter:
         if rows is not None and helpers:
             rows = rows_to_insert(rows, helpers)
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
-        return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(spec))
+        return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(spec), window=window)
