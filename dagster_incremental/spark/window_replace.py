@@ -46,10 +46,10 @@ def replace_window(
     filter"), i.e. whenever the table isn't partitioned by the window. Why not `ON FALSE ...
     WHEN NOT MATCHED BY SOURCE AND <window> THEN DELETE`: with a NOT MATCHED BY SOURCE clause
     Spark can't prune the target, so copy-on-write rewrites EVERY data file. Instead the source
-    gets one extra "delete" row that matches every target row in the window (ON NOT s.op AND
-    <window on t>, so each target row matches one source row): the window predicate sits in the
-    ON condition, and Iceberg rewrites only the files that hold rows of the window. An empty
-    batch still clears the window.
+    gets one extra "delete" row that matches every target row in the window (ON <window on t>
+    AND the equality of _matching_condition, so each target row matches one source row): the
+    window predicate sits in the ON condition, and Iceberg rewrites only the files that hold rows
+    of the window. An empty batch still clears the window.
     """
     column = resolve_column(commit.table, table_schema, window.column)
     if window.rows_of is not None:
