@@ -182,3 +182,47 @@ def test_a_commit_the_catalog_refuses_is_not_made_again_on_the_other_runs_snapsh
     monkeypatch.undo()
     assert [r[:2] for r in table.rows_by_spark(spark)] == [(1, "a"), (2, "other")]
     assert table.io.tables.committed_state(table.ref, None).state == {"last_value": 1}
+
+
+@pytest.mark.parametrize("catalog", ["jdbc", "sqlite", "rest"], indirect=True)
+def test_a_commit_after_another_runs_branch_snapshot_is_made_by_the_jvm_on_main(spark, catalog, monkeypatch):
+    """Another run (the JVM's, which commits on its own branch first) adds a snapshot on its
+    branch between this run's load of the table and its commit: `main` still holds the cursor
+    this run read, but the branch snapshot took the sequence number this run's snapshot carries,
+    so the catalog refuses pyiceberg's commit. The run is then committed on `main` by the JVM's
+    guarded path, not failed with the catalog's refusal, and the branch's rows stay off `main`."""
+    from dagster_incremental.spark.commit import BRANCH_PREFIX, commit_properties
+    from dagster_incremental.spark.local import catalog_table
+
+    table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
+    table.commit(monkeypatch, "append", [(1, "a", 1.0, datetime(2024, 1, 1, tzinfo=timezone.utc))], 0)
+    read = table.snapshot
+    load = catalog_table.load
+    refused = []
+
+    def load_then_another_run_commits_on_its_branch(conf, files):
+        loaded = load(conf, files)
+        other = catalog.pyiceberg().load_table((*table.ref.namespace, table.ref.name))
+        rows = pa.Table.from_pylist([{"id": 2, "v": "other", "amount": 2.0, "at": datetime(2024, 1, 2, tzinfo=timezone.utc)}],
+                                    schema=other.schema().as_arrow())
+        other.append(rows, snapshot_properties=commit_properties(CommitInfo(state={"last_value": 1}, run_id="r1")),
+                     branch=BRANCH_PREFIX + "other")
+        commit_table = loaded[0].catalog.commit_table
+
+        def commit_and_record(*args):
+            try:
+                return commit_table(*args)
+            except catalog_table.CatalogMoved as exc:
+                refused.append(exc)
+                raise
+
+        monkeypatch.setattr(loaded[0].catalog, "commit_table", commit_and_record)
+        return loaded
+
+    monkeypatch.setattr(catalog_table, "load", load_then_another_run_commits_on_its_branch)
+    table.commit(monkeypatch, "append", [(3, "mine", 3.0, datetime(2024, 1, 3, tzinfo=timezone.utc))], 2, expected=read)
+    monkeypatch.undo()
+    assert len(refused) == 1  # pyiceberg's commit was refused, and the JVM committed instead
+    assert not table.by_pyiceberg()
+    assert [r[:2] for r in table.rows_by_spark(spark)] == [(1, "a"), (3, "mine")]
+    assert table.io.tables.committed_state(table.ref, None).state == {"last_value": 2}

@@ -42,12 +42,27 @@ class _OneAttempt:
         return getattr(self._catalog, name)
 
     def commit_table(self, table: Any, requirements: Any, updates: Any) -> Any:
-        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.exceptions import BadRequestError, CommitFailedException
 
         try:
             return self._catalog.commit_table(table, requirements, updates)
         except CommitFailedException as exc:
             raise CatalogMoved(str(exc)) from exc
+        except (ValueError, BadRequestError) as exc:
+            # Another writer's snapshot on a branch (a JVM run's compare-and-set branch) leaves
+            # `main` where this run read it but takes the sequence number this commit's snapshot
+            # carries: the SQL catalog refuses the update as a ValueError, a REST server as a bad
+            # request. Both are refused before anything is written; a conflict when the table moved.
+            if self._moved_since(table):
+                raise CatalogMoved(str(exc)) from exc
+            raise
+
+    def _moved_since(self, table: Any) -> bool:
+        """Whether the catalog's table has other metadata than `table` was loaded from."""
+        try:
+            return self._catalog.load_table(table.name()).metadata_location != table.metadata_location
+        except Exception:  # noqa: BLE001 - unknown: the original error stands
+            return False
 
 
 def reachable(conf: Mapping[str, str], files: TableFiles) -> bool:
