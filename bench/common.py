@@ -191,6 +191,17 @@ def ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
+def interleaved(ways: dict[str, Any], turn: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """Each way's result (ways: name -> a function of no arguments), run in order on odd turns
+    and in reverse on even ones, so that neither always runs first; its seconds go to `seconds`."""
+    results = {}
+    for name in (list(ways) if turn % 2 else list(reversed(list(ways)))):
+        started = time.perf_counter()
+        results[name] = ways[name]()
+        seconds[name].append(time.perf_counter() - started)
+    return results
+
+
 # -- phase timers ---------------------------------------------------------------------------------
 # Read-only instrumentation: wrap library functions in THIS process (no library file changes) and
 # add up the wall time spent in each, per run. A name may be "module:function" or

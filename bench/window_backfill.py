@@ -31,7 +31,7 @@ def orders(spark, rows: int, days: int, version: int):
     """The table's rows; version k changes a tenth of each day's amounts (k of them)."""
     from pyspark.sql import functions as F
 
-    changed = F.when(F.col("id") % 10 == 0, F.lit(version)).otherwise(F.lit(0))
+    changed = F.when(F.floor(F.col("id") / days) % 10 == 0, F.lit(version)).otherwise(F.lit(0))
     return spark.range(rows).select(
         F.col("id"), F.date_add(F.lit(START), (F.col("id") % days).cast("int")).alias("day"),
         ((F.col("id") * 7 % 1000) + changed).cast("double").alias("amount"))
@@ -81,13 +81,9 @@ def measure(spark, wd: common.Workdir, args: argparse.Namespace) -> dict:
         backfills.append({"seconds": time.perf_counter() - started,
                           "figures": (made.rows_inserted, made.rows_updated, made.rows_deleted, made.row_count)})
         if delta:
-            counted = {}
             ways = {"window": lambda: figures.window_change(spark, table, made.snapshot_id, window, keys),
                     "whole": lambda: figures.net_change(spark, table, made.snapshot_id, keys)}
-            for name in (ways if repeat % 2 else reversed(list(ways))):
-                started = time.perf_counter()
-                counted[name] = ways[name]()
-                figures_by[name].append(time.perf_counter() - started)
+            counted = common.interleaved(ways, repeat, figures_by)
             assert counted["window"] == counted["whole"], f"the countings disagree: {counted}"
     return {"bench": "window_backfill", "format": args.format, "rows": args.rows, "days": args.days,
             "keyed": args.keyed, "first_load_s": first_load, "backfills": backfills,

@@ -84,3 +84,14 @@ def test_phase_timer_attributes_a_new_peak_to_the_phase_that_made_it():
     assert set(peaks) <= {"py:grow", "arrow:grow"}
     assert 32 <= peaks["py:grow"] <= 96
     assert timer.reset_peaks() == {}
+
+
+def test_interleaved_ways_take_turns_going_first_and_record_their_seconds():
+    from bench.common import interleaved
+
+    order, seconds = [], {"a": [], "b": []}
+    ways = {"a": lambda: order.append("a") or 1, "b": lambda: order.append("b") or 2}
+    assert interleaved(ways, 1, seconds) == {"a": 1, "b": 2}
+    assert interleaved(ways, 2, seconds) == {"a": 1, "b": 2}
+    assert order == ["a", "b", "b", "a"]
+    assert [len(v) for v in seconds.values()] == [2, 2] and all(s >= 0 for v in seconds.values() for s in v)

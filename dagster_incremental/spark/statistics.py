@@ -409,6 +409,59 @@ def net_counts(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> Coun
     return Counts(int(row.inserted or 0), int(row.updated or 0), int(row.deleted or 0)) if row else Counts()
 
 
+def rows_of_groups(table: TableRef, frame: DataFrame, groups: Sequence[Sequence[str]], batch: DataFrame) -> DataFrame:
+    """The rows of `frame` whose values of some key group are a `batch` row's (equal, NULL
+    matching nothing, as a delete-insert's MERGE matches them): the only rows such a MERGE
+    deletes or inserts. Each row once, however many groups it matches (a semi-join per group,
+    minus the earlier groups' matches), after a filter on the batch's key ranges that lets the
+    format skip the files outside them."""
+    def values(group: Sequence[str]) -> tuple[list[str], DataFrame]:
+        names = [resolve_column(table, frame.schema, k) for k in group]
+        found = [F.col(quote(resolve_column(table, batch.schema, k))).alias(n) for k, n in zip(group, names)]
+        return names, batch.select(*found).distinct()
+
+    kept = None
+    for i, group in enumerate(groups):
+        names, keys = values(group)
+        part = frame.join(keys, on=names, how="left_semi")
+        for earlier in groups[:i]:
+            other_names, other_keys = values(earlier)
+            part = part.join(other_keys, on=other_names, how="left_anti")
+        kept = part if kept is None else kept.unionByName(part)
+    if kept is None:
+        return frame
+    ranges = _key_ranges(table, frame, groups, batch)
+    return kept if ranges is None else kept.where(ranges)
+
+
+# key columns whose batch minimum and maximum are compared as literals (their Python values
+# come back from Spark as they went: no time zone in between)
+_RANGED_TYPES = (T.IntegralType, T.DateType, T.StringType, T.DecimalType)
+
+
+def _key_ranges(table: TableRef, frame: DataFrame, groups: Sequence[Sequence[str]], batch: DataFrame) -> Any:
+    """`frame`'s rows within the batch's range of every column of some group (one Spark job over
+    the batch), or None when a group has no such column to bound (then nothing is skipped)."""
+    bounded = []
+    for group in groups:
+        columns = [(resolve_column(table, frame.schema, k), resolve_column(table, batch.schema, k)) for k in group]
+        columns = [(f, b) for f, b in columns if isinstance(batch.schema[b].dataType, _RANGED_TYPES)]
+        if not columns:
+            return None
+        bounded.append(columns)
+    names = list(dict.fromkeys(b for columns in bounded for _, b in columns))
+    row = batch.agg(*(f(F.col(quote(n))) for n in names for f in (F.min, F.max))).first()
+    low_high = {n: (row[2 * i], row[2 * i + 1]) for i, n in enumerate(names)}
+    condition = F.lit(False)
+    for columns in bounded:
+        inside = F.lit(True)
+        for f, b in columns:
+            low, high = low_high[b]
+            inside = inside & F.col(quote(f)).between(F.lit(low), F.lit(high)) if low is not None else F.lit(False)
+        condition = condition | inside
+    return condition
+
+
 def _windowed(
     frame: DataFrame, names: Sequence[str], ref: Any, keys: Sequence[str], windows: Sequence[tuple[Any, ...]], sign: int
 ) -> DataFrame:

@@ -482,6 +482,29 @@ def test_window_backfill_counts_the_net_change_of_the_window(spark, format_write
     assert contents(spark, table) == [(1, day, "a"), (3, other, "c"), (4, day, "d")]
 
 
+@pytest.mark.parametrize("primary_key", [("id",), ()], ids=["pk-and-day", "day-only"])
+def test_a_delete_insert_on_a_merge_key_counts_the_net_change_of_its_groups(spark, format_writer, primary_key):
+    """A delete-insert reloading the merge_key groups its batch names reports their net change
+    (identical rows count nothing; a tombstone's group is reloaded too), however the format
+    rewrote them; a group the batch does not name is neither counted nor touched."""
+    writer, table = format_writer
+    spec = WriteSpec(table=table, disposition="merge", strategy="delete-insert", primary_key=primary_key,
+                     merge_key=("day",), hard_delete_column="deleted", cursor_column="day")
+    schema = "id bigint, day date, v string, deleted boolean"
+    d1, d2, d3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+    first = [(1, d1, "a", False), (2, d1, "b", False), (6, d1, "z", False), (3, d2, "c", False), (4, d3, "x", False)]
+    writer.write(spec, frame(spark, first, schema), commit=info(1))
+    # day 1 reloaded: id 1 identical, ids 2 and 6 gone from it, id 5 new; day 2 reloaded by a tombstone
+    # (id 3 deleted) and by id 2, changed; day 3 not in the batch
+    batch = [(1, d1, "a", False), (5, d1, "e", False), (2, d2, "B", False), (3, d2, None, True)]
+    r = writer.write(spec, frame(spark, batch, schema), commit=info(2))
+    assert contents(spark, table) == [(1, d1, "a", False), (2, d2, "B", False), (4, d3, "x", False), (5, d1, "e", False)]
+    # paired by id: 5 inserted, 2 updated, 3 and 6 deleted; paired by day: day 1 lost b and z
+    # and gained e (an update, a delete), day 2 lost c and gained B (an update)
+    expected = (1, 1, 2) if primary_key else (0, 2, 1)
+    assert (r.rows_inserted, r.rows_updated, r.rows_deleted, r.row_count) == (*expected, 4)
+
+
 def test_window_counts_per_partition_add_up_to_the_backfill(spark, writer, table):
     """A two-day backfill of a merge-on-read table, split per day as a range run's partitions are,
     counts each day's net change the way the whole commit was counted."""

@@ -14,15 +14,19 @@ from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult
 
+# (key groups, batch): a MERGE changed only rows whose values of some group are a batch row's
+Touched = tuple[Sequence[Sequence[str]], DataFrame]
 _WRITES = ("WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE AS SELECT")
 
 
 def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, deleted: int = 0,
-           net_by: Sequence[str] | None = None, window: WindowReplace | None = None) -> WriteResult:
+           net_by: Sequence[str] | None = None, window: WindowReplace | None = None,
+           touched: Touched | None = None) -> WriteResult:
     """The WriteResult of `made` (None: the statement committed nothing). net_by: the MERGE
     deleted rows to insert them again (a window replace, delete-insert on a merge_key), so the
     two versions' rows are netted, paired by these keys: the window's rows only when `window`
-    is the window the MERGE replaced."""
+    is the window the MERGE replaced, else the rows of the key groups `touched` names (a
+    delete-insert: its key groups and its batch)."""
     table = pending.table
     version = made.version if made is not None else pending.log.current_version()
     inserted = updated = removed = 0
@@ -31,9 +35,9 @@ def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, de
     elif made is not None and made.operation == "MERGE" and window is not None and made.version > 0:
         inserted, updated, removed = window_change(spark, table, made.version, window, net_by or ())
     elif made is not None and made.operation == "MERGE" and net_by is not None and made.version > 0:
-        inserted, updated, removed = net_change(spark, table, made.version, net_by)
+        inserted, updated, removed = net_change(spark, table, made.version, net_by, touched)
     elif made is not None and made.operation == "MERGE" and pending.spec.merge_strategy == "delete-insert":
-        inserted, updated, removed = _keyed_delete_insert(spark, pending, made)
+        inserted, updated, removed = _keyed_delete_insert(spark, pending, made, touched)
     elif made is not None and made.operation == "MERGE":
         inserted = made.count("numTargetRowsInserted")
         updated = made.count("numTargetRowsUpdated")
@@ -48,14 +52,15 @@ def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, de
     )
 
 
-def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit) -> tuple[int, int, int]:
+def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit,
+                         touched: Touched | None) -> tuple[int, int, int]:
     """delete-insert on the primary key, counted as a MERGE on the key counts (as on Iceberg): a
     batch key the table held is an update, equal values too; a tombstone's key it held a delete
     (those are the keys gone for good, found by netting the two versions)."""
     matched, added = made.count("numTargetRowsDeleted"), made.count("numTargetRowsInserted")
     gone = 0
     if pending.spec.hard_delete_column and made.version > 0:
-        _, _, gone = net_change(spark, pending.table, made.version, pending.spec.primary_key)
+        _, _, gone = net_change(spark, pending.table, made.version, pending.spec.primary_key, touched)
     return added - (matched - gone), matched - gone, gone
 
 
@@ -72,11 +77,17 @@ def unchanged(table: TableRef, version: int | None, spark: Callable[[], SparkSes
     return WriteResult(0, 0, 0, rows, version, columns if columns is not None else schema(spark(), table))
 
 
-def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequence[str]) -> tuple[int, int, int]:
-    """(inserted, updated, deleted) between `version` and the one before, netted."""
-    from dagster_incremental.spark.statistics import net_counts
+def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequence[str],
+               touched: Touched | None = None) -> tuple[int, int, int]:
+    """(inserted, updated, deleted) between `version` and the one before, netted: the rows of
+    the key groups `touched` names (the only rows its MERGE could change), else all rows."""
+    from dagster_incremental.spark.statistics import net_counts, rows_of_groups
 
-    counts = net_counts(at_version(spark, table, version), at_version(spark, table, version - 1), keys)
+    after, before = at_version(spark, table, version), at_version(spark, table, version - 1)
+    if touched is not None:
+        groups, batch = touched
+        after, before = rows_of_groups(table, after, groups, batch), rows_of_groups(table, before, groups, batch)
+    counts = net_counts(after, before, keys)
     return counts.inserted, counts.updated, counts.deleted
 
 

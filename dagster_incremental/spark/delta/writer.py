@@ -22,6 +22,7 @@ from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
+from dagster_incremental.spark.merge.delete_insert import key_groups
 from dagster_incremental.spark.delta.s3_lease import commit_lease
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
@@ -207,7 +208,8 @@ class DeltaWriter:
         finally:
             spark.catalog.dropTempView(view)
         netted = spec.merge_strategy == "delete-insert" and not spec.keyed
-        return figures.result(spark, pending, made, net_by=pairing_key(spec) if netted else None)
+        touched = (key_groups(spec), aligned) if spec.merge_strategy == "delete-insert" else None
+        return figures.result(spark, pending, made, net_by=pairing_key(spec) if netted else None, touched=touched)
 
     def _replace_window(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType,
                         helpers: Sequence[str], window: WindowReplace) -> WriteResult:
