@@ -450,14 +450,17 @@ def _key_ranges(table: TableRef, frame: DataFrame, groups: Sequence[Sequence[str
             return None
         bounded.append(columns)
     names = list(dict.fromkeys(b for columns in bounded for _, b in columns))
-    row = batch.agg(*(f(F.col(quote(n))) for n in names for f in (F.min, F.max))).first()
-    low_high = {n: (row[2 * i], row[2 * i + 1]) for i, n in enumerate(names)}
+    values = batch.agg(*(f(F.col(quote(n))) for n in names for f in (F.min, F.max))).collect()[0]
+    low_high = {n: (values[2 * i], values[2 * i + 1]) for i, n in enumerate(names)}
     condition = F.lit(False)
     for columns in bounded:
         inside = F.lit(True)
         for f, b in columns:
             low, high = low_high[b]
-            inside = inside & F.col(quote(f)).between(F.lit(low), F.lit(high)) if low is not None else F.lit(False)
+            if low is None:  # the batch holds only NULL there: the group matches no row
+                inside = F.lit(False)
+                break
+            inside = inside & F.col(quote(f)).between(F.lit(low), F.lit(high))
         condition = condition | inside
     return condition
 

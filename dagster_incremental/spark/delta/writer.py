@@ -22,9 +22,9 @@ from dagster_incremental.spark.commit import CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
-from dagster_incremental.spark.merge.delete_insert import key_groups
 from dagster_incremental.spark.delta.s3_lease import commit_lease
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
+from dagster_incremental.spark.merge.delete_insert import key_groups
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
 from dagster_incremental.spark.schema_evolution import SchemaPlan
 from dagster_incremental.spark.sql import column_list, quote
