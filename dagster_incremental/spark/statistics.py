@@ -3,7 +3,8 @@ snapshot it made, exactly and with as few Spark jobs as each kind of commit allo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -409,58 +410,67 @@ def net_counts(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> Coun
     return Counts(int(row.inserted or 0), int(row.updated or 0), int(row.deleted or 0)) if row else Counts()
 
 
-def rows_of_groups(table: TableRef, frame: DataFrame, groups: Sequence[Sequence[str]], batch: DataFrame) -> DataFrame:
-    """The rows of `frame` whose values of some key group are a `batch` row's (equal, NULL
-    matching nothing, as a delete-insert's MERGE matches them): the only rows such a MERGE
-    deletes or inserts. Each row once, however many groups it matches (a semi-join per group,
-    minus the earlier groups' matches), after a filter on the batch's key ranges that lets the
-    format skip the files outside them."""
-    def values(group: Sequence[str]) -> tuple[list[str], DataFrame]:
+def rows_of_groups(table: TableRef, groups: Sequence[Sequence[str]], batch: DataFrame) -> Callable[[DataFrame], DataFrame]:
+    """A function giving the rows of a version of the table whose values of some key group are a
+    `batch` row's (equal, NULL matching nothing, as a delete-insert's MERGE matches them): the
+    only rows such a MERGE deletes or inserts. Each row once, however many groups it matches (a
+    semi-join per group, minus the earlier groups' matches), behind a filter on the batch's key
+    ranges (one Spark job, here) that lets the format skip the files outside them."""
+    ranges = _key_ranges(table, groups, batch)
+
+    def values(frame: DataFrame, group: Sequence[str]) -> tuple[list[str], DataFrame]:
         names = [resolve_column(table, frame.schema, k) for k in group]
         found = [F.col(quote(resolve_column(table, batch.schema, k))).alias(n) for k, n in zip(group, names)]
         return names, batch.select(*found).distinct()
 
-    kept = None
-    for i, group in enumerate(groups):
-        names, keys = values(group)
-        part = frame.join(keys, on=names, how="left_semi")
-        for earlier in groups[:i]:
-            other_names, other_keys = values(earlier)
-            part = part.join(other_keys, on=other_names, how="left_anti")
-        kept = part if kept is None else kept.unionByName(part)
-    if kept is None:
-        return frame
-    ranges = _key_ranges(table, frame, groups, batch)
-    return kept if ranges is None else kept.where(ranges)
+    def rows(frame: DataFrame) -> DataFrame:
+        kept = frame.where(_in_ranges(table, frame, ranges)) if ranges is not None else frame
+        parts = []
+        for i, group in enumerate(groups):
+            names, keys = values(frame, group)
+            part = kept.join(keys, on=names, how="left_semi")
+            for earlier in groups[:i]:
+                other_names, other_keys = values(frame, earlier)
+                part = part.join(other_keys, on=other_names, how="left_anti")
+            parts.append(part)
+        return functools.reduce(DataFrame.unionByName, parts) if parts else frame
+
+    return rows
 
 
 # key columns whose batch minimum and maximum are compared as literals (their Python values
 # come back from Spark as they went: no time zone in between)
 _RANGED_TYPES = (T.IntegralType, T.DateType, T.StringType, T.DecimalType)
+KeyRanges = list[list[tuple[str, Any, Any]]]  # per group: (batch column, min, max) of each bounded column
 
 
-def _key_ranges(table: TableRef, frame: DataFrame, groups: Sequence[Sequence[str]], batch: DataFrame) -> Any:
-    """`frame`'s rows within the batch's range of every column of some group (one Spark job over
-    the batch), or None when a group has no such column to bound (then nothing is skipped)."""
+def _key_ranges(table: TableRef, groups: Sequence[Sequence[str]], batch: DataFrame) -> KeyRanges | None:
+    """The batch's min and max of each group's columns of a type compared as literals (one Spark
+    job over the batch), or None when a group has no such column (then nothing is skipped)."""
     bounded = []
     for group in groups:
-        columns = [(resolve_column(table, frame.schema, k), resolve_column(table, batch.schema, k)) for k in group]
-        columns = [(f, b) for f, b in columns if isinstance(batch.schema[b].dataType, _RANGED_TYPES)]
+        columns = [resolve_column(table, batch.schema, k) for k in group]
+        columns = [c for c in columns if isinstance(batch.schema[c].dataType, _RANGED_TYPES)]
         if not columns:
             return None
         bounded.append(columns)
-    names = list(dict.fromkeys(b for columns in bounded for _, b in columns))
+    names = list(dict.fromkeys(c for columns in bounded for c in columns))
     values = batch.agg(*(f(F.col(quote(n))) for n in names for f in (F.min, F.max))).collect()[0]
     low_high = {n: (values[2 * i], values[2 * i + 1]) for i, n in enumerate(names)}
+    return [[(c, *low_high[c]) for c in columns] for columns in bounded]
+
+
+def _in_ranges(table: TableRef, frame: DataFrame, ranges: KeyRanges) -> Any:
+    """`frame`'s rows within the ranges of every column of some group (a group whose batch
+    values are all NULL matches no row)."""
     condition = F.lit(False)
-    for columns in bounded:
+    for columns in ranges:
         inside = F.lit(True)
-        for f, b in columns:
-            low, high = low_high[b]
-            if low is None:  # the batch holds only NULL there: the group matches no row
+        for column, low, high in columns:
+            if low is None:
                 inside = F.lit(False)
                 break
-            inside = inside & F.col(quote(f)).between(F.lit(low), F.lit(high))
+            inside = inside & F.col(quote(resolve_column(table, frame.schema, column))).between(F.lit(low), F.lit(high))
         condition = condition | inside
     return condition
 

@@ -85,8 +85,8 @@ def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequenc
 
     after, before = at_version(spark, table, version), at_version(spark, table, version - 1)
     if touched is not None:
-        groups, batch = touched
-        after, before = rows_of_groups(table, after, groups, batch), rows_of_groups(table, before, groups, batch)
+        of_groups = rows_of_groups(table, *touched)
+        after, before = of_groups(after), of_groups(before)
     counts = net_counts(after, before, keys)
     return counts.inserted, counts.updated, counts.deleted
 
