@@ -18,7 +18,7 @@ import dagster as dg
 
 from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
-from dagster_incremental.dagster.partition_scope import TenantPartitions, check_keys, tenant_partitions
+from dagster_incremental.dagster.partition_scope import TenantPartitions, check_keys, check_window_rows, tenant_partitions
 from dagster_incremental.errors import CursorRowError, IncrementalConfigError, PrimaryKeyMissing
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
 from dagster_incremental.settings.errors import find_name, section_text, suggest
@@ -106,13 +106,7 @@ class AssetSettings:
     def window_column(self) -> str | None:
         """The column a window replace acts on: window_column when set, else the first
         cursor's, when it is a plain column."""
-        if self.explicit_window_column:
-            return self.explicit_window_column
-        for spec in self.cursors.values():
-            path = spec.cursor_path
-            if path and not any(c in path for c in ".$["):
-                return path
-        return None
+        return self.explicit_window_column or _plain_cursor_column(self.cursors)
 
     def warnings(self) -> list[str]:
         """Settings that have no effect, or a probably unintended one (dlt warns about the same
@@ -212,6 +206,9 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
     if write.delete_missing:
         _check_full_extract(func, asset_name, cursors, parts_def)
+    if not any(is_changes_param(p) for p in inspect.signature(func).parameters.values()):  # upstream.py checks those
+        window_column = options.window_column or _plain_cursor_column(cursors)
+        check_window_rows(asset_name, parts_def, tenants, window_column, cursors, cfg.place(asset_name))
     origins = _option_origins(func, asset_name, cursors, asset_cfg, cfg)
     table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
     hints = {column: h.given() for column, h in (options.columns or {}).items()}
@@ -245,6 +242,15 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         upstream_commits_per_slice=options.upstream_commits_per_slice,
         option_origins=origins,
     )
+
+
+def _plain_cursor_column(cursors: Mapping[str, IncrementalSpec]) -> str | None:
+    """The first cursor's path that is a top-level column (a nested path names no column)."""
+    for spec in cursors.values():
+        path = spec.cursor_path
+        if path and not any(c in path for c in ".$["):
+            return path
+    return None
 
 
 def _check_full_extract(func: Callable[..., Any], asset: str, cursors: Mapping[str, IncrementalSpec],

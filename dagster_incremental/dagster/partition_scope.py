@@ -15,7 +15,7 @@ replace that tenant's rows of the day.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -105,6 +105,27 @@ def check_keys(asset: str, tenants: TenantPartitions | None, strategy: str | Non
                 f"the {strategy} MERGE of one partition's rows matches on it, and without the column it "
                 f"could change another partition's row with the same key (use {[column, *keys]!r})"
             )
+
+
+def check_window_rows(asset: str, partitions_def: Any, tenants: TenantPartitions | None, window_column: str | None,
+                      cursors: Mapping[str, Any], place: str) -> None:
+    """A run of a time window replaces the table's rows of that window, so it must know the
+    column whose value places a row in a window: without one a re-run would load the window's
+    rows a second time (a replace asset would wipe the other windows). Refused at definition."""
+    timed = isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
+        tenants is not None and tenants.time_dimension is not None)
+    if not timed or window_column is not None:
+        return
+    nested = [f"{name!r} (cursor_path {spec.cursor_path!r})" for name, spec in cursors.items()]
+    found = (f"its incremental argument {', '.join(nested)} is a nested path, not a column" if nested
+             else "it has no `Incremental` parameter and no window_column")
+    raise IncrementalConfigError(
+        f"asset {asset!r}: a run of one of its time-window partitions replaces the table's rows of that "
+        f"window, but {found}, so nothing tells which rows belong to a window (a re-run would load them "
+        f"twice). Set window_column = \"<column>\" in {place} (or window_column=\"<column>\" in "
+        "@incremental_asset), the column whose value places a row in a window; or add an `Incremental` "
+        "parameter whose cursor_path is a top-level column, e.g. updated_at: Incremental = incremental(\"updated_at\")"
+    )
 
 
 def tenant_keys(tenants: TenantPartitions, partitions_def: Any) -> list[str]:

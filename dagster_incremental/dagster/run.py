@@ -100,6 +100,13 @@ class Plan:
 
 def plan_of(context: dg.AssetExecutionContext, config: IncrementalRunConfig, settings: AssetSettings) -> Plan:
     """The run's mode from its partitions and run config."""
+    if not settings.cursors and (config.initial_value is not None or config.end_value is not None):
+        raise dg.Failure(
+            f"asset {context.asset_key.to_user_string()}: initial_value/end_value run config bounds the "
+            "asset's cursor, and it has no `Incremental` parameter; launch the run without them (each run "
+            "loads what the function gives), or add an `Incremental` parameter",
+            allow_retries=False,
+        )
     if _partitioned(context) and settings.tenants is not None:
         asset = context.asset_key.to_user_string()
         return Plan(**tenant_plan(asset, settings.tenants, context, config, settings.disposition))
@@ -200,9 +207,10 @@ class Runner:
         plan = plan_of(context, config, self.settings)
         stored, expected = self.in_force.stored_states(context, io, plan.scope, plan.restart, plan.mode)
         plan.last_run = _last_run(stored.get(plan.scope))
-        if plan.scope is not None and stored[plan.scope].state is None:
-            # The open window's first run loads the whole window: replace what a backfill may
-            # already have put there instead of adding to it.
+        if plan.scope is not None and (stored[plan.scope].state is None or self.reloads_whole_scope):
+            # The open window's (or tenant's) first run loads the whole window: replace what a
+            # backfill may already have put there instead of adding to it. Without a cursor to
+            # continue from, every run loads it whole again.
             plan.window_replace = True
         run = MaterializationRun(context, io, plan, stored, self.write_spec(io, context.asset_key), started, secret_kwargs, redactor)
         progress.say(context.log, run.asset, f"{'full refresh' if plan.full_refresh else plan.mode} run started"
@@ -432,8 +440,9 @@ class Runner:
         bounds: dict[str, Any]
         if plan.window is not None:
             bounds = {"start": plan.window[0], "end": plan.window[1]}
-        elif plan.rows_of is not None and (plan.restart or self.settings.disposition == "replace"):
-            bounds = {"start": None, "end": None}  # all the tenant's rows: its full refresh, or a replace asset's run
+        elif plan.rows_of is not None and (plan.restart or self.settings.disposition == "replace" or not runs):
+            # all the tenant's rows: its full refresh, a replace asset's run, or a run without a cursor
+            bounds = {"start": None, "end": None}
             column = column or plan.rows_of[0]
         else:  # the cursor's own range, with its range_start / range_end: exactly what its filter keeps
             run = next(iter(runs.values()))
@@ -442,6 +451,12 @@ class Runner:
         if column is None:
             return None  # nested cursors can't bound a window
         return WindowReplace(column=column, rows_of=plan.rows_of, **bounds)
+
+    @property
+    def reloads_whole_scope(self) -> bool:
+        """No cursor (no `Incremental`, no `Changes` parameter): each run of a partition loads
+        all of its rows, so each run replaces them."""
+        return not self.settings.cursors and not self.upstream
 
     def _call_function(self, context, runs: Runs, secret_kwargs: Mapping[str, Any] = {}):  # noqa: B006
         kwargs = {**secret_kwargs, **runs}
