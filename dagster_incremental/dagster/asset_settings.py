@@ -206,9 +206,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
     cursors = _resolve_cursors(func, asset_name, spec_arguments, cfg, secret_params)
     if write.delete_missing:
         _check_full_extract(func, asset_name, cursors, parts_def)
-    if not any(is_changes_param(p) for p in inspect.signature(func).parameters.values()):  # upstream.py checks those
-        window_column = options.window_column or _plain_cursor_column(cursors)
-        check_window_rows(asset_name, parts_def, tenants, window_column, cursors, cfg.place(asset_name))
+    _check_partition_rows(func, asset_name, parts_def, tenants, options.window_column, cursors, cfg)
     origins = _option_origins(func, asset_name, cursors, asset_cfg, cfg)
     table = TableRef.for_asset(cfg.destination.catalog, cfg.destination.namespace, (*prefix_parts, asset_name))
     hints = {column: h.given() for column, h in (options.columns or {}).items()}
@@ -251,6 +249,16 @@ def _plain_cursor_column(cursors: Mapping[str, IncrementalSpec]) -> str | None:
         if path and not any(c in path for c in ".$["):
             return path
     return None
+
+
+def _check_partition_rows(func: Callable[..., Any], asset: str, partitions_def: Any, tenants: TenantPartitions | None,
+                          window_column: str | None, cursors: Mapping[str, IncrementalSpec], cfg) -> None:
+    """A time-window asset must know which column places a row in a window (check_window_rows);
+    one reading `Changes` is checked with its upstreams (upstream.py)."""
+    if any(is_changes_param(p) for p in inspect.signature(func).parameters.values()):
+        return
+    column = window_column or _plain_cursor_column(cursors)
+    check_window_rows(asset, partitions_def, tenants, column, cursors, cfg.place(asset))
 
 
 def _check_full_extract(func: Callable[..., Any], asset: str, cursors: Mapping[str, IncrementalSpec],

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import dagster as dg
 import pytest
 
-from dagster_incremental import Incremental, incremental, incremental_asset
+from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 from dagster_incremental.dagster import partition_scope
 from dagster_incremental.errors import IncrementalConfigError
 from attack_support import failure_text
@@ -111,6 +111,25 @@ def test_window_column_in_config_toml_or_a_plain_cursor_makes_the_asset_definabl
         return []
 
     assert [a.key.to_user_string() for a in (from_toml, from_cursor, tenants_only)] == ["from_toml", "from_cursor", "tenants_only"]
+
+
+@pytest.mark.parametrize("partitions_def", [None, TENANTS], ids=["unpartitioned", "static"])
+def test_run_config_bounds_without_a_cursor_fail_before_loading_anything(plain_config, tmp_path, instance, partitions_def):
+    calls = []
+
+    @incremental_asset(partitions_def=partitions_def, config_path=plain_config,
+                       **({"partition_column": "tenant"} if partitions_def else {}))
+    def unbounded():
+        calls.append(1)
+        return []
+
+    config = {"ops": {"unbounded": {"config": {"initial_value": "2024-01-01", "end_value": "2024-01-02"}}}}
+    result = dg.materialize([unbounded], instance=instance, raise_on_error=False, run_config={**QUIET, **config},
+                            resources={"io_manager": SparkTableIOManager(warehouse=str(tmp_path / "wh"))},
+                            partition_key="acme" if partitions_def else None)
+    assert not result.success and not calls
+    assert ("asset unbounded: initial_value/end_value run config bounds the asset's cursor, and it has no "
+            "`Incremental` parameter") in failure_text(result)
 
 
 # -- runs (Spark) ------------------------------------------------------------------------------------
