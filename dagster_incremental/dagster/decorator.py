@@ -88,7 +88,8 @@ def incremental_asset(
     cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
     `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
     and `partition_column` names the column that holds a row's tenant. `window_column` names the
-    column whose value places a row in a time window (default: the cursor's column).
+    column whose value places a row in a time window (default: the cursor's column); a
+    time-window asset with neither is refused, since a partition run replaces its window's rows.
     `upstream_commits_per_slice` cuts a run that reads `Changes` into slices of at most that many
     upstream commits, each committed with the upstream snapshot it read up to.
     Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
