@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import subprocess
 import sys
 import threading
@@ -248,6 +249,9 @@ def _end_with_this_process(proc: Any, start: Mapping[str, str]) -> None:
     if "ArchiveClassesAtExit" in start.get("spark.driver.extraJavaOptions", ""):
         recorder_started(proc.pid)
     atexit.register(_stop_jvm, proc)
+    # A multiprocessing child (Dagster's multiprocess executor forks its steps) ends with
+    # os._exit, skipping atexit; it runs multiprocessing's finalizers first.
+    multiprocessing.util.Finalize(None, _stop_jvm, args=(proc,), exitpriority=0)
 
 
 def _stop_jvm(proc: Any) -> None:

@@ -110,3 +110,36 @@ def test_options_are_quiet_c1_for_local_masters_and_the_users_come_last(folder, 
     assert own_archive.count("SharedArchiveFile") == 1 and "ArchiveClassesAtExit" not in own_archive
     monkeypatch.setenv(js.ARCHIVE_SWITCH, "off")
     assert "Archive" not in js.driver_java_options({"spark.master": "local"})
+
+
+STEP = """
+import multiprocessing, os, sys
+
+def step(queue):
+    from pyspark import SparkContext
+    from dagster_incremental.spark.session import build_spark_session, spark_conf
+    build_spark_session(spark_conf(master="local[1]", warehouse=sys.argv[1]))
+    queue.put(SparkContext._gateway.proc.pid)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("forkserver")  # as Dagster's multiprocess executor
+    queue = context.Queue()
+    child = context.Process(target=step, args=(queue,))
+    child.start()
+    jvm = queue.get(timeout=240)
+    child.join()
+    print("alive" if os.path.exists(f"/proc/{jvm}") else "ended", flush=True)
+    if os.path.exists(f"/proc/{jvm}"):
+        os.kill(jvm, 9)
+"""
+
+
+def test_the_driver_jvm_has_ended_when_a_forked_step_process_has(tmp_path):
+    """A step process of Dagster's multiprocess executor ends with os._exit (no atexit): its
+    driver JVM must still be gone when it is, not linger shutting down or writing an archive."""
+    env = {**os.environ, js.ARCHIVE_SWITCH: "off", "SPARK_LOCAL_IP": "127.0.0.1"}
+    script = tmp_path / "step.py"  # a file: forkserver children import the target from it
+    script.write_text(STEP)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "wh")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert done.stdout.split()[-1:] == ["ended"], (done.stdout + done.stderr)[-3000:]
