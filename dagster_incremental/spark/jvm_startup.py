@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def _claim(folder: Path, key: str, lock: Path) -> bool:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            if _recorder_alive(folder, key, lock):
+            if not _stale(lock):
                 return False
             lock.unlink(missing_ok=True)
             continue
@@ -116,12 +117,18 @@ def _claim(folder: Path, key: str, lock: Path) -> bool:
 def _recorder_alive(folder: Path, key: str, lock: Path) -> bool:
     """Whether a process (a Python that took the lock, its JVM, or a recording's own pid) may
     still be writing this key's archive."""
+    pids = [r.name.split(".")[1] for r in folder.glob(f"{key}.*.recording")]
+    return (lock.exists() and not _stale(lock)) or any(p.isdigit() and _alive(int(p)) for p in pids)
+
+
+def _stale(lock: Path) -> bool:
+    """A lock whose processes have all exited; one just created (its pid not yet written) is not."""
     try:
         pids = lock.read_text(encoding="ascii").split()
+        young = time.time() - lock.stat().st_mtime < 10
     except OSError:
-        pids = []
-    pids += [r.name.split(".")[1] for r in folder.glob(f"{key}.*.recording")]
-    return any(p.isdigit() and _alive(int(p)) for p in pids)
+        return False  # gone meanwhile: nothing to remove
+    return not (young and not pids) and not any(p.isdigit() and _alive(int(p)) for p in pids)
 
 
 def archive_folder() -> Path:
@@ -146,7 +153,7 @@ def archive_key(jars: Sequence[str]) -> str:
 
 def _adopt_recording(folder: Path, key: str, final: Path, lock: Path) -> bool:
     """Rename a finished recording into place (atomic, only once; its processes have exited).
-    Recordings that lost a race or were cut short are removed, and the lock with them."""
+    Recordings that lost a race or were cut short are removed; the lock once the archive is in place."""
     for recording in folder.glob(f"{key}.*.recording"):
         if not final.is_file() and _complete(recording):
             try:
@@ -155,7 +162,8 @@ def _adopt_recording(folder: Path, key: str, final: Path, lock: Path) -> bool:
             except OSError:
                 pass
         recording.unlink(missing_ok=True)
-    lock.unlink(missing_ok=True)
+    if final.is_file() and _stale(lock):
+        lock.unlink(missing_ok=True)  # the recorder's: nobody claims once the archive is in place
     return final.is_file()
 
 

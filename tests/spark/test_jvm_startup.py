@@ -143,3 +143,10 @@ def test_the_driver_jvm_has_ended_when_a_forked_step_process_has(tmp_path):
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "wh")], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=400, stdin=subprocess.DEVNULL)
     assert done.stdout.split()[-1:] == ["ended"], (done.stdout + done.stderr)[-3000:]
+
+
+def test_a_lock_left_by_a_recorder_killed_before_writing_is_taken_over(folder):
+    lock = folder / f"{js.archive_key([])}.lock"
+    lock.write_text(f"{dead_pid()} {dead_pid()}")  # its Python and its JVM, both gone
+    assert js.archive_options([])[0].startswith("-XX:ArchiveClassesAtExit=")
+    assert lock.read_text().split() == [str(os.getpid())]
