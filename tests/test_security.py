@@ -9,7 +9,16 @@ and values, byte for byte, and a victim table in the same namespace is intact.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 import uuid
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -150,3 +159,90 @@ def test_a_rest_catalogs_credential_and_token_never_show_in_its_settings_repr():
     settings = RestCatalogConf.of(conf, "shop")
     assert settings is not None and settings.credential == "client:s3cr3t-credential"
     assert "s3cr3t" not in repr(settings) and "s3cr3t" not in str(settings)
+
+
+# -- secrets of a run's process ----------------------------------------------------------------------
+
+
+def _tree(root: int) -> set[int]:
+    """`root` and every process descending from it, from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # ended meanwhile
+        parents[int(stat.parent.name)] = int(text.rsplit(")", 1)[1].split()[1])
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _command_lines(pids: set[int]) -> dict[int, str]:
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            pass
+    return out
+
+
+def _run_watching(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, dict[int, str]]:
+    """Run `command`, reading the command line of each process of its tree every few ms."""
+    seen: dict[int, str] = {}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                text=True, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                seen.update(_command_lines(_tree(proc.pid)))
+                time.sleep(0.02)
+        finally:
+            left = _tree(proc.pid) - {proc.pid} if proc.poll() is None else set()
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.wait()
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(command, proc.returncode, out.read(), err.read()), seen
+
+
+def test_spark_secrets_reach_the_session_but_no_command_line_log_or_event_and_the_jvm_ends_with_the_run(tmp_path):
+    """secrets.toml's [spark.conf] credentials (a catalog property and an S3A key) while a run
+    goes: in no command line of the run's process tree (its JVM included: `ps` shows those to
+    every local user), no output, no stored event, no file; the session holds them; and the
+    driver JVM has exited when the run's process has."""
+    catalog_secret, s3a_secret = "cat-" + uuid.uuid4().hex, "s3a-" + uuid.uuid4().hex
+    (tmp_path / "config.toml").write_text(
+        f'[spark]\nmaster = "local[1]"\n[spark.conf]\n"spark.ui.enabled" = "false"\n'
+        f'[destination]\ncatalog = "lake"\nnamespace = "sec"\nwarehouse = "{tmp_path / "warehouse"}"\n')
+    (tmp_path / "secrets.toml").write_text(
+        f'[spark.conf]\n"spark.sql.catalog.lake.s3.secret-access-key" = "{catalog_secret}"\n'
+        f'"spark.hadoop.fs.s3a.secret.key" = "{s3a_secret}"\n')
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_INCREMENTAL")}
+    env.update(DAGSTER_HOME=str(home), SECRET_CONFIG=str(tmp_path / "config.toml"), SPARK_LOCAL_IP="127.0.0.1",
+               SECRET_EVENTS=str(tmp_path / "events.txt"), DAGSTER_INCREMENTAL_JVM_ARCHIVE="off")
+    done, seen = _run_watching([sys.executable, str(Path(__file__).parent / "secret_runner.py")], env, tmp_path, 400)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    jvms = {pid for pid, line in seen.items() if "java" in line and "SparkSubmit" in line}
+    assert jvms, "the run started no driver JVM, so it proves nothing"
+    assert not [pid for pid in jvms if Path(f"/proc/{pid}").exists()], "the driver JVM outlived its run"
+    report = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert report == {"success": True, "rows": 3, "held": {"spark.sql.catalog.lake.s3.secret-access-key": True,
+                                                           "spark.hadoop.fs.s3a.secret.key": True}}
+    for secret in (catalog_secret, s3a_secret):
+        assert not [pid for pid, line in seen.items() if secret in line], "a secret is on a command line"
+        assert secret not in done.stdout + done.stderr
+        assert secret not in (tmp_path / "events.txt").read_text()
+        stored = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "secrets.toml"
+                  and secret.encode() in p.read_bytes()]
+        assert stored == []

@@ -8,6 +8,7 @@ metadata (rendered in dagster/metadata.py; README: "What you see").
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -144,7 +145,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def _spark_conf(self) -> dict[str, str]:
         """The session's flat conf; secrets are read here, at first use, never kept in a field."""
         from dagster_incremental.settings.secrets import with_secret_spark_conf
+        from dagster_incremental.spark.session import note_destination
 
+        note_destination(self.catalog, self._warehouse(), self._origin())
         return spark_conf(
             master=self.master,
             app_name=self.app_name,
@@ -153,6 +156,13 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             catalog=self.catalog,
             warehouse=self._warehouse(),
         )
+
+    def _origin(self) -> str:
+        """Where this destination is configured, as a message names it."""
+        if not self.config_path:
+            return f"SparkTableIOManager(catalog={self.catalog!r})"
+        relative = os.path.relpath(self.config_path)
+        return f"{self.config_path if relative.startswith('..') else relative} [destination]"
 
     def _warehouse(self) -> str:
         """The warehouse as a URI or an absolute folder."""

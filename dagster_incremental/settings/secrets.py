@@ -17,6 +17,9 @@ default); a missing file means no secrets:
     [spark.conf]                            # added to the SparkSession's conf when it is built
     "spark.hadoop.fs.s3a.secret.key" = "..."
 
+Catalog (`spark.sql.catalog.<name>.*`) and Hadoop (`spark.hadoop.*`) keys are set on the running
+session, never on the driver JVM's command line (spark.session.withheld_at_start).
+
 Environment variables win over the file (values are always strings):
     DAGSTER_INCREMENTAL_SECRETS__ASSETS__<ASSET>__<NAME>[__<KEY>...]
     DAGSTER_INCREMENTAL_SECRETS__SPARK__CONF__<KEY>   (SPARK_HADOOP_FS_S3A_SECRET_KEY ->

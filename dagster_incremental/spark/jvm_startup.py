@@ -5,12 +5,14 @@
 # standard JVM features cut that:
 #
 # - a class-data-sharing archive (`-XX:SharedArchiveFile`): the classes a previous run loaded,
-#   already parsed and verified, mapped from one file. The first process that finds none records
-#   one at exit (`-XX:ArchiveClassesAtExit`) under a temporary name; the next process that finds a
-#   finished recording renames it into place (atomic), and every later process uses it. An archive
-#   is keyed by the Java runtime and the jars, so a new Java or Spark simply records a new one. If
-#   the JVM cannot map an archive (it checks the runtime and class path itself), it starts
-#   without it, as if there were none.
+#   already parsed and verified, mapped from one file. Recording one costs the recording JVM some
+#   30 s at exit, so ONE process records it: the one that creates the key's lock file (O_EXCL)
+#   records at exit (`-XX:ArchiveClassesAtExit`) under a temporary name; processes starting
+#   meanwhile start without an archive; the first process after the recorder (its Python and its
+#   JVM) has exited renames the recording into place (atomic), and every later process uses it.
+#   An archive is keyed by the Java runtime and the jars, so a new Java or Spark simply records a
+#   new one. If the JVM cannot map an archive (it checks the runtime and class path itself), it
+#   starts without it, as if there were none.
 # - C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
 #   before the optimising compiler would pay off (see docs/performance.md).
 #
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -30,6 +33,7 @@ ARCHIVE_SWITCH = "DAGSTER_INCREMENTAL_JVM_ARCHIVE"
 ARCHIVE_DIR = "DAGSTER_INCREMENTAL_JVM_ARCHIVE_DIR"
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 _OPTIONS_KEY = "spark.driver.extraJavaOptions"
+_recording_lock: Path | None = None  # the lock this process took to record the archive
 
 
 def driver_java_options(conf: Mapping[str, str]) -> str:
@@ -47,7 +51,9 @@ def driver_java_options(conf: Mapping[str, str]) -> str:
 
 
 def archive_options(jars: Sequence[str]) -> list[str]:
-    """Use this runtime's archive, or record one at exit when there is none yet."""
+    """Use this runtime's archive; else record one at exit if no other process is recording it
+    (only the process that takes the lock does: see `_claim`); else nothing."""
+    global _recording_lock
     if os.environ.get(ARCHIVE_SWITCH, "").lower() in ("0", "off", "false", "no"):
         return []
     folder = archive_folder()
@@ -56,11 +62,73 @@ def archive_options(jars: Sequence[str]) -> list[str]:
     except OSError:
         return []
     key = archive_key(jars)
-    final = folder / f"{key}.jsa"
-    if _adopt_recording(folder, key, final):
-        return [f"-XX:SharedArchiveFile={final}", "-Xshare:auto", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
-    recording = folder / f"{key}.{os.getpid()}.recording"
-    return [f"-XX:ArchiveClassesAtExit={recording}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    final, lock = folder / f"{key}.jsa", folder / f"{key}.lock"
+    quiet = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    if not final.is_file() and _recorder_alive(folder, key, lock):
+        return []  # another process records it: start without, never record twice
+    if final.is_file() or _adopt_recording(folder, key, final, lock):
+        return [f"-XX:SharedArchiveFile={final}", "-Xshare:auto", *quiet]
+    if not _claim(folder, key, lock):
+        return []
+    _recording_lock = lock
+    return [f"-XX:ArchiveClassesAtExit={folder / f'{key}.{os.getpid()}.recording'}", *quiet]
+
+
+def recorder_started(jvm_pid: int) -> None:
+    """Add the recording JVM's pid to the lock this process holds: the JVM writes the archive
+    after this process has exited, and nobody may adopt the recording while it does."""
+    lock = _recording_lock
+    if lock is None:
+        return
+    try:
+        with open(lock, "a", encoding="ascii") as fh:
+            fh.write(f" {jvm_pid}")
+    except OSError:
+        pass
+
+
+def discard_recording() -> None:
+    """Remove this process's unfinished recording and its lock (its JVM was killed writing it)."""
+    lock = _recording_lock
+    if lock is not None:
+        (lock.parent / f"{lock.stem}.{os.getpid()}.recording").unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)
+
+
+def _claim(folder: Path, key: str, lock: Path) -> bool:
+    """Create the key's lock file (O_EXCL: one process wins) holding this process's pid. A lock
+    whose processes all exited (a recorder killed early) is removed and claimed once more."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if not _stale(lock):
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        except OSError:
+            return False
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _recorder_alive(folder: Path, key: str, lock: Path) -> bool:
+    """Whether a process (a Python that took the lock, its JVM, or a recording's own pid) may
+    still be writing this key's archive."""
+    pids = [r.name.split(".")[1] for r in folder.glob(f"{key}.*.recording")]
+    return (lock.exists() and not _stale(lock)) or any(p.isdigit() and _alive(int(p)) for p in pids)
+
+
+def _stale(lock: Path) -> bool:
+    """A lock whose processes have all exited; one just created (its pid not yet written) is not."""
+    try:
+        pids = lock.read_text(encoding="ascii").split()
+        young = time.time() - lock.stat().st_mtime < 10
+    except OSError:
+        return False  # gone meanwhile: nothing to remove
+    return not (young and not pids) and not any(p.isdigit() and _alive(int(p)) for p in pids)
 
 
 def archive_folder() -> Path:
@@ -83,13 +151,10 @@ def archive_key(jars: Sequence[str]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _adopt_recording(folder: Path, key: str, final: Path) -> bool:
-    """Rename a finished recording (its process has exited) into place: atomic, and only once.
-    Recordings of exited processes that lost the race, or were cut short, are removed."""
+def _adopt_recording(folder: Path, key: str, final: Path, lock: Path) -> bool:
+    """Rename a finished recording into place (atomic, only once; its processes have exited).
+    Recordings that lost a race or were cut short are removed; the lock once the archive is in place."""
     for recording in folder.glob(f"{key}.*.recording"):
-        pid = recording.name.split(".")[1]
-        if pid.isdigit() and _alive(int(pid)):
-            continue  # still running: the archive is written when it exits
         if not final.is_file() and _complete(recording):
             try:
                 os.replace(recording, final)
@@ -97,6 +162,8 @@ def _adopt_recording(folder: Path, key: str, final: Path) -> bool:
             except OSError:
                 pass
         recording.unlink(missing_ok=True)
+    if final.is_file() and _stale(lock):
+        lock.unlink(missing_ok=True)  # the recorder's: nobody claims once the archive is in place
     return final.is_file()
 
 

@@ -244,6 +244,8 @@ def test_importing_and_reading_needs_no_pyspark(tmp_path):
 def location(spark):
     """table name -> its folder, from the running session's own conf."""
     conf = dict(spark.sparkContext.getConf().getAll())
+    # A catalog's properties are set on the running session, not in the start conf.
+    conf.update({k: spark.conf.get(k) for k in ("spark.sql.catalog.lake.type", "spark.sql.catalog.lake.warehouse")})
 
     def locate(table: TableRef) -> Path:
         path = table_files.hadoop_table_location(conf, table.catalog, [*table.namespace, table.name])
