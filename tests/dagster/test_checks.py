@@ -13,6 +13,7 @@ import dagster as dg
 import pytest
 
 from attack_support import io_manager_for, materialize, source_asset, write_config
+from catalogs import PYICEBERG_COMMITS
 from dagster_incremental.dagster.decorator import incremental_settings
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import checks
@@ -350,3 +351,31 @@ def test_the_ui_reads_both_checks_through_graphql(spark, instance, where, tmp_pa
     for execution in outcome.values():
         assert execution["status"] == "SUCCEEDED"
         assert execution["evaluation"] == {"success": True, "severity": "WARN"}
+
+
+@PYICEBERG_COMMITS
+def test_a_change_run_committed_by_pyiceberg_counts_its_keys_without_spark(spark, instance, tmp_path, catalog, monkeypatch):
+    """On each catalog pyiceberg commits to (a Hadoop folder, JDBC, REST), an append with a
+    primary key: the change runs start no Spark for primary_key_unique, which passes, then fails
+    naming the key loaded twice."""
+    namespace = "pkjvm_" + uuid.uuid4().hex[:6]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    source = {"rows": [{"id": 1, "updated": 1}, {"id": 2, "updated": 2}]}
+
+    @incremental_asset(primary_key="id", config_path=str(config))
+    def keyed(updated: Incremental = incremental("updated", initial_value=0)):
+        return source["rows"]
+
+    assert evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"].passed
+
+    def refuse(conf):
+        raise AssertionError("this run started Spark")
+
+    monkeypatch.setattr("dagster_incremental.spark.session.build_spark_session", refuse)
+    source["rows"] = [{"id": 3, "updated": 3}]
+    check = evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"]
+    assert check.passed and values(check)["duplicated_keys"] == 0
+    source["rows"] = [{"id": 1, "updated": 4}]
+    check = evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"]
+    assert not check.passed and values(check)["example_keys"] == [1] and "e.g. 1" in (check.description or "")
