@@ -117,10 +117,11 @@ def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commit
 
 
 @pytest.mark.parametrize("table_format", ["iceberg", "delta"])
-def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp_path, table_format):
+def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp_path, table_format, monkeypatch):
     """The in-process count (pyiceberg / delta-rs, pyarrow) a run that started no JVM gets, and
     Spark's aggregation, on a table with a duplicated key, a NULL key twice and an scd2 history
-    whose retired versions repeat a key (duplicates among current versions only: key 3)."""
+    whose retired versions repeat a key (duplicates among current versions only: key 3). A table
+    whose keys would not sit in memory is left to Spark."""
     from dagster_incremental import SparkTableIOManager
 
     namespace = "keys_" + uuid.uuid4().hex[:8]
@@ -142,6 +143,8 @@ def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp
         by_spark = io.duplicate_keys(table, ["id"], **options)
         assert local is not None and local.count == by_spark.count == count
         assert sorted(local.examples, key=str) == sorted(by_spark.examples, key=str)
+    monkeypatch.setattr("dagster_incremental.spark.local.key_check.MAX_ROWS", len(rows) - 1)
+    assert io.duplicate_keys_without_jvm(table, ["id"], snapshot_id=snapshot, current=None, examples=5) is None  # Spark's
 
 
 # -- cursor_fresh ---------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def iceberg_duplicates(table: Any, keys: Sequence[str], *, snapshot_id: int | No
     def read(columns: list[str]) -> pa.Table:
         return table.scan(selected_fields=tuple(columns), snapshot_id=snapshot.snapshot_id).to_arrow()
 
-    return _counted(names, rows, read, keys, current, examples)
+    return _count_keys(names, rows, read, keys, current, examples)
 
 
 def delta_duplicates(location: str, keys: Sequence[str], *, snapshot_id: int | None, current: tuple[str, Any] | None,
@@ -59,10 +59,10 @@ def delta_duplicates(location: str, keys: Sequence[str], *, snapshot_id: int | N
     dataset = table.to_pyarrow_dataset()
     actions = pa.table(table.get_add_actions(flatten=True))  # delta-rs answers in arro3: read it as Arrow
     rows = (pc.sum(actions["num_records"]).as_py() or 0) if "num_records" in actions.column_names else MAX_ROWS + 1
-    return _counted(dataset.schema.names, rows, lambda columns: dataset.to_table(columns=columns), keys, current, examples)
+    return _count_keys(dataset.schema.names, rows, lambda columns: dataset.to_table(columns=columns), keys, current, examples)
 
 
-def _counted(names: Sequence[str], rows: int, read: Callable[[list[str]], pa.Table], keys: Sequence[str],
+def _count_keys(names: Sequence[str], rows: int, read: Callable[[list[str]], pa.Table], keys: Sequence[str],
              current: tuple[str, Any] | None, examples: int) -> DuplicateKeys | None:
     """Read the key columns (spelt as the table spells them: Spark matches names ignoring case)
     and count; scd2 (`current`: valid-to column and its current value) only current versions."""
