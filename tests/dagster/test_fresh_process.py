@@ -76,8 +76,16 @@ CHANGE_RUN = textwrap.dedent(
     result = dg.materialize([appended], resources={"io_manager": io}, instance=dg.DagsterInstance.ephemeral(),
                             run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
     check = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"][0]
-    children = [open(f"/proc/{p}/comm").read().strip() for p in os.listdir("/proc") if p.isdigit()
-                and os.path.exists(f"/proc/{p}/stat") and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())]
+
+    def child_name(pid):  # the command name of process pid when it is a child of this one (a JVM would be)
+        try:
+            with open(f"/proc/{pid}/stat") as stat, open(f"/proc/{pid}/comm") as comm:
+                parent = stat.read().rsplit(")", 1)[1].split()[1]
+                return comm.read().strip() if parent == str(os.getpid()) else None
+        except OSError:  # gone meanwhile
+            return None
+
+    children = [name for pid in os.listdir("/proc") if pid.isdigit() and (name := child_name(pid))]
     print(json.dumps({"success": result.success, "spark_started": bool(started), "children": children,
                       "check": check.check_name, "passed": check.passed, "description": check.description,
                       "metadata": {k: v.value for k, v in check.metadata.items()}}))
