@@ -287,10 +287,13 @@ def column_descriptions(func: Callable[..., Any], hints: Mapping[str, Any]) -> d
     return out
 
 
-def columns_as_list(doc: str) -> str:
-    """`doc` with its `Columns:` section as a markdown list (one `- `name`: text` item per
-    column, continuation lines joined): the UI renders the description as markdown, where the
-    indented section would read as one run-on paragraph. The rest of `doc` is kept as written."""
+def without_columns(doc: str, described: Mapping[str, str]) -> str:
+    """`doc` without its `Columns:` section when `described` (the column descriptions the
+    column schema carries) has each of its columns, else with it as a markdown list (one
+    `- `name`: text` item per column: the UI renders the description as markdown, where the
+    indented section reads as one run-on paragraph); the rest kept as written. The schema
+    (`dagster/column_schema` of every materialization) is the asset page's Columns table: in
+    the description too, the list showed twice."""
     lines = doc.splitlines()
     heading = next((i for i, line in enumerate(lines) if line.strip() in ("Columns:", "Columns")), None)
     if heading is None:
@@ -299,9 +302,9 @@ def columns_as_list(doc: str) -> str:
     columns = _docstring_columns("\n".join(lines[heading:end]))
     if not columns:
         return doc
-    items = ["**Columns**", "", *(f"- `{name}`: {text}" if text else f"- `{name}`" for name, text in columns.items())]
-    after = ["", *lines[end:]] if end < len(lines) else []
-    return "\n".join([*lines[:heading], *items, *after]).strip()
+    items = ["**Columns**", "", *(f"- `{name}`: {text}" if text else f"- `{name}`" for name, text in columns.items()), ""]
+    kept = [] if set(columns) <= set(described) else items
+    return "\n".join([*lines[:heading], *kept, *lines[end:]]).strip()
 
 
 def _docstring_columns(doc: str) -> dict[str, str]:

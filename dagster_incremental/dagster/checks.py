@@ -135,7 +135,7 @@ def _live_state(io, settings, batch: IncrementalBatch, state: Any) -> Any:
 
 
 def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[bool, dict[str, Any], str]:
-    """Duplicated keys of the snapshot the run left, counted by one Spark aggregation.
+    """Duplicated keys of the snapshot the run left, counted as `_counted` says.
 
     A run that committed nothing leaves the snapshot the previous evaluation looked at: its
     outcome is reported again (metadata `evaluated_in_run` names the run that counted), read
@@ -156,16 +156,29 @@ def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[
     kept = _kept_unique_by_merge(context, io, settings, batch, check_key, base)
     if kept is not None:
         return True, kept, f"No primary key occurs twice ({scope}): this run's MERGE on the key kept it so."
-    found = io.duplicate_keys(
-        table, settings.primary_key, snapshot_id=snapshot, current=_current_versions(settings), window=batch.window,
-        examples=EXAMPLE_KEYS,
-    )
+    found = _counted(io, settings, batch, snapshot)
     meta = {**base, "duplicated_keys": dg.MetadataValue.int(found.count), "evaluated_in_run": dg.MetadataValue.text(context.run_id)}
     if found.count == 0:
         return True, meta, f"No primary key occurs twice ({scope})."
     examples = [md.json_safe(k[0] if len(k) == 1 else list(k)) for k in found.examples]
     meta["example_keys"] = dg.MetadataValue.json(examples)
     return False, meta, f"{found.count} primary keys occur more than once ({scope}), e.g. {examples[0]!r}."
+
+
+def _counted(io, settings, batch: IncrementalBatch, snapshot: int) -> Any:
+    """The duplicated keys at `snapshot`. A run whose commit started no JVM (pyiceberg's, delta-rs's)
+    has them counted in this process from the key columns: a Spark session would cost the run
+    more than its commit did. A run that used Spark, a window's rows and tables too large to hold
+    their keys in memory are counted by one Spark aggregation."""
+    options = {"snapshot_id": snapshot, "current": _current_versions(settings), "examples": EXAMPLE_KEYS}
+    if not io.spark_started and batch.window is None:
+        try:
+            found = io.duplicate_keys_without_jvm(batch.spec.table, settings.primary_key, **options)
+        except Exception:  # noqa: BLE001 - e.g. delete files pyiceberg cannot apply: Spark counts them
+            found = None
+        if found is not None:
+            return found
+    return io.duplicate_keys(batch.spec.table, settings.primary_key, window=batch.window, **options)
 
 
 def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_key, base) -> dict[str, Any] | None:

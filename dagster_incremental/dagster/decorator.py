@@ -18,7 +18,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.cursor.spec import Incremental, incremental
 from dagster_incremental.errors import IncrementalSettingsWarning
 
-from dagster_incremental.dagster.asset_settings import AssetSettings, columns_as_list, resolve_settings
+from dagster_incremental.dagster.asset_settings import AssetSettings, resolve_settings, without_columns
 from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
 from dagster_incremental.dagster.upstream import changes_params
 
@@ -174,7 +174,8 @@ def _incremental_on(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey
 
 
 def _description(settings: AssetSettings, upstreams: Mapping[str, dg.AssetKey]) -> str:
-    lines = [columns_as_list(settings.description.strip())] if settings.description else []
+    prose = without_columns(settings.description.strip(), settings.column_descriptions) if settings.description else ""
+    lines = [prose] if prose else []
     write = settings.disposition + (f"/{settings.strategy}" if settings.strategy else "")
     # Name each key: "delete-insert on event_id" read as if event_id chose the rows replaced,
     # where a merge_key (event_date) does.

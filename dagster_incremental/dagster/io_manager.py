@@ -208,6 +208,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     def duplicate_keys(self, table: TableRef, keys: Sequence[str], **options: Any) -> Any:
         return self.tables.duplicate_keys(table, keys, **options)
 
+    def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], **options: Any) -> Any:
+        return self.tables.duplicate_keys_without_jvm(table, keys, **options)
+
     def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
         return self.tables.window_counts(spec, snapshot_id, column, windows)
 

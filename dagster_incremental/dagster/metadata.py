@@ -18,6 +18,7 @@ ROWS_UPDATED = "dagster_incremental/rows_updated"
 ROWS_DELETED = "dagster_incremental/rows_deleted"
 SLICES = "dagster_incremental/slices"  # [committed, planned] of a run cut into slices by step
 SLICES_TEXT = "dagster_incremental/slices_committed"  # the same in words, for the UI ("3 of 3 slices")
+LAST_VALUE = "dagster_incremental/last_value"  # the cursor's last_value as text; several cursors: LAST_VALUE/<name>
 REPLACED = "dagster_incremental/replaced"  # a commit that replaced the whole table, in words
 UPSTREAM_READ = "dagster_incremental/upstream"  # a Changes asset: per parameter, the upstream snapshot read up to
 COUNTS_SCOPE = "dagster_incremental/counts_scope"  # partitioned runs: what the row figures count
@@ -64,6 +65,30 @@ def json_value(value: Any):
     if isinstance(safe, (dict, list)):
         return dg.MetadataValue.json(safe)
     return dg.MetadataValue.text(json.dumps(safe))
+
+
+def state_metadata(state: Any, cursor_names: Sequence[str]) -> dict[str, Any]:
+    """STATE, and each cursor's last_value as its own text entry beside it: in the state's JSON
+    it is one line of twenty-odd. One cursor: LAST_VALUE; several: LAST_VALUE/<name> each. Text,
+    because the UI rounds a 64-bit number (a snapshot id) and shows an instant as it was stored."""
+    import dagster as dg
+
+    out = {STATE: json_value(state)}
+    names = list(cursor_names)
+    if len(names) > 1:
+        cursors = state if isinstance(state, Mapping) else {}
+        out.update({f"{LAST_VALUE}/{n}": dg.MetadataValue.text(_last_value_text(cursors.get(n))) for n in names})
+    elif names or (isinstance(state, Mapping) and state.get("last_value") is not None):  # a Changes asset's snapshot
+        out[LAST_VALUE] = dg.MetadataValue.text(_last_value_text(state))
+    return out
+
+
+def _last_value_text(cursor: Any) -> str:
+    last = cursor.get("last_value") if isinstance(cursor, Mapping) else None
+    if last is None:
+        return "none yet: no run has loaded a row"
+    safe = json_safe(last)
+    return safe if isinstance(safe, str) else json.dumps(safe)
 
 
 def window_value(window: Sequence[Any]):

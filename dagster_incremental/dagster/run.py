@@ -389,16 +389,16 @@ class Runner:
         """The Output with the run's metadata; a partition range gets it per partition, each
         partition with its own window and row figures (from `commits`, the range's commits)."""
         context, plan = run.context, run.plan
-        run_md = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}
+        run_md, names = {md.MODE: plan.mode, md.WINDOW: md.window_value(window)}, list(self.settings.cursors)
         if run.change_reads:  # the cursor is a bare snapshot id: say what it means
             run_md[md.UPSTREAM_READ] = md.json_value(self.upstream.described(run.io, run.change_reads))
         if not _partitioned(context):
-            return dg.Output(value, metadata={**run_md, md.STATE: md.json_value(state), **(extra or {})})
+            return dg.Output(value, metadata={**run_md, **md.state_metadata(state, names), **(extra or {})})
         keys = context.partition_keys
         own = partition_metadata(run.io, self.settings.partitions_def, self.settings.window_column, keys, commits)
         for key in keys:
             kept = state if key == plan.scope else _state_in_force_unchanged(run.stored, key)
-            context.add_asset_metadata({**run_md, md.STATE: md.json_value(kept), **own[key]}, partition_key=key)
+            context.add_asset_metadata({**run_md, **md.state_metadata(kept, names), **own[key]}, partition_key=key)
         return dg.Output(value, metadata=dict(extra)) if extra else dg.Output(value)
 
     def bind(self, context, plan: Plan, in_force: AssetState, windows: Mapping[str, Any] = {}) -> dict[str, Any]:  # noqa: B006

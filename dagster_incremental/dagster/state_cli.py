@@ -170,7 +170,7 @@ class _Target:
         instance.report_runless_asset_event(dg.AssetMaterialization(
             asset_key=self.key, partition=self.partition,
             description="cursor reset with `python -m dagster_incremental state reset`",
-            metadata={md.STATE: md.json_value(state), md.MODE: dg.MetadataValue.text("incremental")},
+            metadata={**md.state_metadata(state, names), md.MODE: dg.MetadataValue.text("incremental")},
         ))
         lines = [f"asset {self.name}: cursor reset; the next run continues from it:", self.describe()]
         if self.settings.disposition == "append":

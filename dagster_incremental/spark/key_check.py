@@ -13,7 +13,6 @@ from typing import Any
 
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.window_replace import window_rows
 from dagster_incremental.spark.write_spec import WindowReplace
 
 _ROWS = "__di_rows"
@@ -46,6 +45,8 @@ def duplicate_keys(
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+
+    from dagster_incremental.spark.window_replace import window_rows  # pyspark: not at import (spark/local reads DuplicateKeys)
 
     frame = _pinned(spark, table, snapshot_id)
     if current is not None:

@@ -160,6 +160,19 @@ class TableService:
 
         return duplicate_keys(self.spark, table, keys, **options)
 
+    def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], *, snapshot_id: int | None,
+                                   current: tuple[str, Any] | None, examples: int) -> Any:
+        """duplicate_keys counted in this process by pyiceberg and pyarrow (spark/local/key_check.py);
+        None: the table's catalog is not one pyiceberg reads here, or Spark must count it."""
+        from dagster_incremental.spark.local import catalog_table
+        from dagster_incremental.spark.local.key_check import iceberg_duplicates
+
+        files = self.files(table)
+        loaded = catalog_table.load(self.conf, files) if catalog_table.reachable(self.conf, files) else None
+        if loaded is None:
+            return None
+        return iceberg_duplicates(loaded[0], keys, snapshot_id=snapshot_id, current=current, examples=examples)
+
     def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
         """What one commit changed in each window of `column`: a range run's figures per partition."""
         from dagster_incremental.spark.statistics import pairing_key, window_counts

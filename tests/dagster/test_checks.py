@@ -13,6 +13,7 @@ import dagster as dg
 import pytest
 
 from attack_support import io_manager_for, materialize, source_asset, write_config
+from catalogs import PYICEBERG_COMMITS
 from dagster_incremental.dagster.decorator import incremental_settings
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.dagster import checks
@@ -98,8 +99,9 @@ def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commit
     source = {"rows": [{"id": 1, "v": "a", "updated": 1}, {"id": 2, "v": "a", "updated": 1}]}
     asset = source_asset("pk_kept", config, "upsert", lambda: source["rows"])
     counted = []
-    original = type(io).duplicate_keys
-    monkeypatch.setattr(type(io), "duplicate_keys", lambda self, *a, **k: counted.append(1) or original(self, *a, **k))
+    for count in ("duplicate_keys", "duplicate_keys_without_jvm"):  # by Spark, or in the process
+        original = getattr(type(io), count)
+        monkeypatch.setattr(type(io), count, lambda self, *a, _o=original, **k: counted.append(1) or _o(self, *a, **k))
     first = evaluations(materialize(asset, instance, io))["primary_key_unique"]  # a new table from a deduplicated batch
     assert first.passed and "since the table's creation" in values(first)["unique_since_count"]
     for updated in (2, 3):
@@ -112,6 +114,37 @@ def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commit
     source["rows"] = [{"id": 1, "v": "v4", "updated": 4}]
     check = evaluations(materialize(asset, instance, io))["primary_key_unique"]
     assert counted == [1] and not check.passed and values(check)["example_keys"] == [2]
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp_path, table_format, monkeypatch):
+    """The in-process count (pyiceberg / delta-rs, pyarrow) a run that started no JVM gets, and
+    Spark's aggregation, on a table with a duplicated key, a NULL key twice and an scd2 history
+    whose retired versions repeat a key (duplicates among current versions only: key 3). A table
+    whose keys would not sit in memory is left to Spark."""
+    from dagster_incremental import SparkTableIOManager
+
+    namespace = "keys_" + uuid.uuid4().hex[:8]
+    warehouse = spark_warehouse if table_format == "iceberg" else str(tmp_path / "delta")
+    io = SparkTableIOManager(catalog="lake", namespace=namespace, warehouse=warehouse, table_format=table_format)
+    table = io.table_name(dg.AssetKey("people"))
+    rows = [(1, None), (1, "2024-01-01 00:00:00"), (2, None), (3, None), (3, None), (None, None), (None, "2024-01-01 00:00:00"),
+            (None, None)]
+    frame = spark.createDataFrame(rows, "ID long, _valid_to string").selectExpr("ID", "CAST(_valid_to AS timestamp) AS _valid_to")
+    if table_format == "iceberg":
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{namespace}")
+        frame.writeTo(table.sql).using("iceberg").create()
+    else:
+        frame.write.format("delta").save(table.location)
+    snapshot = io.table_snapshot(table)
+    for current, count in ((None, 3), (("_valid_to", None), 2)):
+        options = {"snapshot_id": snapshot, "current": current, "examples": 5}
+        local = io.duplicate_keys_without_jvm(table, ["id"], **options)  # the table spells it ID
+        by_spark = io.duplicate_keys(table, ["id"], **options)
+        assert local is not None and local.count == by_spark.count == count
+        assert sorted(local.examples, key=str) == sorted(by_spark.examples, key=str)
+    monkeypatch.setattr("dagster_incremental.spark.local.key_check.MAX_ROWS", len(rows) - 1)
+    assert io.duplicate_keys_without_jvm(table, ["id"], snapshot_id=snapshot, current=None, examples=5) is None  # Spark's
 
 
 # -- cursor_fresh ---------------------------------------------------------------------------------
@@ -321,3 +354,31 @@ def test_the_ui_reads_both_checks_through_graphql(spark, instance, where, tmp_pa
     for execution in outcome.values():
         assert execution["status"] == "SUCCEEDED"
         assert execution["evaluation"] == {"success": True, "severity": "WARN"}
+
+
+@PYICEBERG_COMMITS
+def test_a_change_run_committed_by_pyiceberg_counts_its_keys_without_spark(spark, instance, tmp_path, catalog, monkeypatch):
+    """On each catalog pyiceberg commits to (a Hadoop folder, JDBC, REST), an append with a
+    primary key: the change runs start no Spark for primary_key_unique, which passes, then fails
+    naming the key loaded twice."""
+    namespace = "pkjvm_" + uuid.uuid4().hex[:6]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    source = {"rows": [{"id": 1, "updated": 1}, {"id": 2, "updated": 2}]}
+
+    @incremental_asset(primary_key="id", config_path=str(config))
+    def keyed(updated: Incremental = incremental("updated", initial_value=0)):
+        return source["rows"]
+
+    assert evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"].passed
+
+    def refuse(conf):
+        raise AssertionError("this run started Spark")
+
+    monkeypatch.setattr("dagster_incremental.spark.session.build_spark_session", refuse)
+    source["rows"] = [{"id": 3, "updated": 3}]
+    check = evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"]
+    assert check.passed and values(check)["duplicated_keys"] == 0
+    source["rows"] = [{"id": 1, "updated": 4}]
+    check = evaluations(materialize(keyed, instance, catalog.io_manager(namespace)))["primary_key_unique"]
+    assert not check.passed and values(check)["example_keys"] == [1] and "e.g. 1" in (check.description or "")

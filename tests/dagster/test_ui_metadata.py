@@ -3,6 +3,8 @@ figures of a materialization (issue #33, checked in the UI)."""
 
 from __future__ import annotations
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -70,3 +72,96 @@ def test_a_plain_asset_that_replaces_its_table_says_so(spark, instance, io_manag
         "not: rows_inserted and rows_deleted count the rows written and removed, not what changed)"
     )
     assert again["dagster/row_count"] == 3
+
+
+@pytest.fixture
+def where(tmp_path, spark_warehouse):
+    """(config path, io manager) on a fresh namespace of the session's warehouse."""
+    import uuid
+
+    from attack_support import io_manager_for, write_config
+
+    namespace = "ui_" + uuid.uuid4().hex[:8]
+    return write_config(tmp_path / "config.toml", spark_warehouse, namespace), io_manager_for(spark_warehouse, namespace)
+
+
+def materialized(asset, instance, io) -> dict:
+    result = dg.materialize([asset], instance=instance, resources={"io_manager": io}, run_config=QUIET)
+    assert result.success
+    return {k: v.value for k, v in result.asset_materializations_for_node(asset.key.path[-1])[0].metadata.items()}
+
+
+@pytest.mark.spark
+def test_the_cursor_last_value_is_its_own_entry_beside_the_state(spark, instance, where):
+    """last_value was one line of the 25-line `dagster_incremental/state` JSON; it is also shown
+    on its own, as text (the state stays as it was)."""
+    config, io = where
+    source = [{"id": 1, "updated_at": "2024-01-02T00:00:00Z"}, {"id": 2, "updated_at": "2024-01-03T10:00:00Z"}]
+
+    @incremental_asset(config_path=config, primary_key="id")
+    def orders(updated_at: Incremental = incremental("updated_at", initial_value="2024-01-01T00:00:00Z")):
+        return source
+
+    meta = materialized(orders, instance, io)
+    assert meta["dagster_incremental/last_value"] == "2024-01-03T10:00:00Z"
+    assert meta["dagster_incremental/state"]["last_value"] == "2024-01-03T10:00:00Z"
+    assert not [k for k in meta if k.startswith("dagster_incremental/last_value/")]
+
+
+@pytest.mark.spark
+def test_several_cursors_show_one_last_value_entry_each(spark, instance, where):
+    config, io = where
+
+    @incremental_asset(config_path=config, primary_key="id")
+    def events(updated_at: Incremental = incremental("updated_at", initial_value="2024-01-01T00:00:00Z"),
+               seq: Incremental = incremental("seq", initial_value=0)):
+        return [{"id": 1, "updated_at": "2024-01-02T00:00:00Z", "seq": 7}, {"id": 2, "updated_at": "2024-01-01T12:00:00Z", "seq": 12}]
+
+    meta = materialized(events, instance, io)
+    assert meta["dagster_incremental/last_value/updated_at"] == "2024-01-02T00:00:00Z"
+    assert meta["dagster_incremental/last_value/seq"] == "12"
+    assert "dagster_incremental/last_value" not in meta
+    assert meta["dagster_incremental/state"]["seq"]["last_value"] == 12
+
+
+@pytest.mark.spark
+def test_the_docstring_columns_show_once_in_the_column_schema_not_also_in_the_description(spark, instance, where):
+    """The docstring's `Columns:` list was in the description AND in the column schema the asset
+    page shows as its Columns table: the same text twice on one page."""
+    config, io = where
+
+    @incremental_asset(config_path=config, primary_key="id")
+    def shop_orders(updated_at: Incremental = incremental("updated_at", initial_value="2024-01-01T00:00:00Z")):
+        """Orders of the shop.
+
+        Columns:
+            id: The order number.
+            updated_at: When the order last changed,
+                in UTC.
+
+        Soft-deleted orders are removed.
+        """
+        return [{"id": 1, "updated_at": "2024-01-02T00:00:00Z"}]
+
+    text = description(shop_orders)
+    assert text.startswith("Orders of the shop.\n\nSoft-deleted orders are removed.\n\nIncremental on `updated_at`")
+    definition = json.dumps({k: str(v) for k, v in shop_orders.specs_by_key[shop_orders.key].metadata.items()})
+    schema = materialized(shop_orders, instance, io)["dagster/column_schema"]
+    described = {c.name: c.description for c in schema.columns}
+    assert described == {"id": "The order number.", "updated_at": "When the order last changed, in UTC."}
+    for words in described.values():
+        assert words not in text and words not in definition
+
+
+def test_a_columns_list_the_column_schema_cannot_carry_stays_in_the_description(tmp_path):
+    """A `description=` of its own whose Columns list the docstring lacks: the column schema
+    has none of it, so the description keeps it."""
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('[destination]\nwarehouse = "warehouse"\n')
+
+    @incremental_asset(config_path=config_file, description="Orders.\n\nColumns:\n    id: The order number.\n")
+    def orders(updated_at: Incremental = incremental("updated_at")):
+        """No column list here."""
+        yield []
+
+    assert description(orders).startswith("Orders.\n\n**Columns**\n\n- `id`: The order number.\n\nIncremental on")

@@ -54,7 +54,7 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
         return None
 
     assert spec.table.location is not None, "a Delta table has a location"
-    options = _storage_options(spec.table.location)
+    options = storage_options(spec.table.location)
     if pending.log.current_version() is None:
         try:
             return _create(pending, rows, options, time_zone)
@@ -228,7 +228,7 @@ def _counts(made: Commit) -> tuple[int, int]:
     return made.count("num_added_rows"), 0
 
 
-def _storage_options(location: str) -> dict[str, str]:
+def storage_options(location: str) -> dict[str, str]:
     """delta-rs's options for a table on S3 (the session's S3A settings); commits there are
     ordered by the table's commit lease, so delta-rs's own S3 locking is not needed."""
     if not on_s3(location):

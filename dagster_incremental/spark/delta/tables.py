@@ -76,6 +76,20 @@ class DeltaTables(TableService):
             return None
         return [_as_summary(c) for c in log.commits_since(snapshot_id)]
 
+    def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], *, snapshot_id: int | None,
+                                   current: tuple[str, Any] | None, examples: int) -> Any:
+        """As TableService's, read by delta-rs (None without the `delta` extra)."""
+        import importlib.util
+
+        from dagster_incremental.spark.delta.in_process import storage_options
+        from dagster_incremental.spark.local.key_check import delta_duplicates
+
+        if importlib.util.find_spec("deltalake") is None or _log(table).current_version() is None:
+            return None
+        assert table.location is not None, "a Delta table has a location"
+        return delta_duplicates(table.location, keys, snapshot_id=snapshot_id, current=current, examples=examples,
+                                storage_options=storage_options(table.location))
+
     def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
         from dagster_incremental.spark.delta import figures
         from dagster_incremental.spark.statistics import pairing_key
