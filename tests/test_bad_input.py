@@ -34,6 +34,7 @@ from attack_support import (
     rows,
     snapshots,
     source_asset,
+    table_id,
     write_config,
 )
 
@@ -209,6 +210,53 @@ def test_function_returning_nothing_is_a_no_op_that_keeps_table_and_cursor(spark
     feed["source"] = lambda: [*GOOD, NEXT]
     assert materialize(asset, instance, io).success
     assert dagster_state(instance, "returns_nothing")["last_value"] == 3
+
+
+# -- nanosecond timestamps ----------------------------------------------------------------------
+
+
+_T0 = "2024-01-01T00:00:00Z"
+
+
+def _ns_source(kind: str, rows_ns: list[tuple[int, int]]):
+    """Rows (id, nanoseconds after _T0) as `kind` gives them: pandas keeps nanoseconds, so do
+    Arrow tables made from it and dict rows holding its Timestamps."""
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = pd.DataFrame({"id": [i for i, _ in rows_ns], "amount": [i * 10 for i, _ in rows_ns],
+                          "updated": [pd.Timestamp(_T0) + pd.Timedelta(n, "ns") for _, n in rows_ns]})
+    assert str(frame["updated"].dtype) == "datetime64[ns, UTC]"
+    if kind == "arrow":
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    return frame.to_dict("records") if kind == "dicts" else frame
+
+
+@pytest.mark.parametrize("kind, catalog", [("pandas", "hadoop"), ("arrow", "hadoop"), ("dicts", "hadoop"),
+                                           ("pandas", "delta")], indirect=["catalog"])
+def test_nanosecond_timestamps_are_stored_and_kept_as_microseconds(kind, catalog, spark, instance, tmp_path, namespace):
+    """Digits finer than a microsecond are dropped (the table holds microseconds): the table, the
+    cursor and its boundary all hold the truncated instant, so the next run neither reloads the
+    boundary row nor skips a new row in the boundary's microsecond."""
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    name = f"ns_{kind}_{catalog.kind}"
+    feed = {"rows": [(1, 1_999), (2, 2_999)]}
+    asset = source_asset(name, str(config), "append", lambda: _ns_source(kind, feed["rows"]), initial_value=_T0)
+    first = materialize(asset, instance, io)
+    assert first.success, failure_text(first)
+    state = dagster_state(instance, name)
+    assert state["last_value"] == "2024-01-01T00:00:00.000002Z"
+    assert state["boundary"]["keys"] == [2]
+
+    feed["rows"] = [(1, 1_999), (2, 2_999), (3, 2_500)]  # 3: new, in the boundary's microsecond
+    second = materialize(asset, instance, io)
+    assert second.success, failure_text(second)
+    t0 = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000
+    stored = spark.table(table_id(io, name)).selectExpr("id", f"unix_micros(updated) - {t0}").collect()
+    assert sorted(tuple(r) for r in stored) == [(1, 1), (2, 2), (3, 2)]  # each row once, in microseconds
+    assert dagster_state(instance, name)["boundary"]["keys"] == [2, 3]
 
 
 # -- config ----------------------------------------------------------------------------------------
