@@ -83,8 +83,8 @@ class RowCase:
 
 ROW_CASES = [
     # cursor problems
-    RowCase("cursor-missing-raise", lambda: [{"id": 9, "amount": 1}], ("updated", "'id': 9")),
-    RowCase("cursor-none-raise", lambda: [{"id": 9, "amount": 1, "updated": None}], ("updated", "None", "'id': 9")),
+    RowCase("cursor-missing-raise", lambda: [{"id": 9, "amount": 1}], ("updated", "its columns: id, amount")),
+    RowCase("cursor-none-raise", lambda: [{"id": 9, "amount": 1, "updated": None}], ("updated", "None", "primary key id=9")),
     RowCase("cursor-mixed-types", lambda: [{"id": 8, "amount": 1, "updated": 1_000_008}, {"id": 9, "amount": 1, "updated": "soon"}],
             ("updated", "soon")),
     RowCase("cursor-type-vs-stored-state", lambda: [{"id": 9, "amount": 1, "updated": "2024-01-01T00:00:00Z"}],
@@ -210,6 +210,42 @@ def test_function_returning_nothing_is_a_no_op_that_keeps_table_and_cursor(spark
     feed["source"] = lambda: [*GOOD, NEXT]
     assert materialize(asset, instance, io).success
     assert dagster_state(instance, "returns_nothing")["last_value"] == 3
+
+
+def _failure_event_texts(instance, run_id: str) -> str:
+    """What the run's event log shows of its failure: each event's message and error, chained."""
+    texts = []
+    for record in instance.all_logs(run_id):
+        event = record.dagster_event
+        texts.append(record.user_message or "")
+        if event is not None and event.is_step_failure:
+            texts.append(event.step_failure_data.error.to_string())
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("strategy, bad, what", [
+    ("append", {"id": 9, "amount": 1, "updated": "soon"}, ("'updated'", "'soon'", "primary key id=9")),
+    ("upsert", {"id": None, "amount": 1, "updated": 1_000_009}, ("'id'", "NULL", "key {'id': None}")),
+])
+def test_a_bad_row_is_named_by_its_key_and_the_failure_says_it_once(strategy, bad, what, spark, instance, io, tmp_path,
+                                                                     spark_warehouse, namespace):
+    """Rows hold personal data and Dagster's logs travel: the error names the column, the row's
+    key and the value, never the row's other values; and the event log holds the message once."""
+    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
+    feed = {"rows": [{**r, "secret": "alice@example.com"} for r in GOOD]}
+    name = f"row_privacy_{strategy}"
+    asset = source_asset(name, config, strategy, lambda: feed["rows"])
+    assert materialize(asset, instance, io).success
+    feed["rows"] = [{"id": 8, "amount": 1, "updated": 1_000_008, "secret": "bob@example.com"},
+                    {**bad, "secret": "carol@example.com"}]
+    result = materialize(asset, instance, io)
+    message = failure_text(result)
+    for expected in (name, *what):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    shown = _failure_event_texts(instance, result.run_id)
+    assert "example.com" not in shown, shown
+    first_line = message.splitlines()[0].split(f"asset {name}: ", 1)[1]
+    assert shown.count(first_line) == 1, shown
 
 
 # -- nanosecond timestamps ----------------------------------------------------------------------

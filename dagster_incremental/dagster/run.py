@@ -470,13 +470,17 @@ class Runner:
 @contextlib.contextmanager
 def user_errors(asset: str, redactor: Redactor):
     """Errors of the cursor and of the user's function as the run reports them: a library error
-    is a Failure naming the asset; any error whose text holds a secret is re-raised masked."""
+    is a Failure naming the asset; any error whose text holds a secret is re-raised masked.
+
+    A library error's message is complete (what, where, what to do) and its frames are the
+    library's: the Failure carries the message alone (`from None`), so the step's failure shows
+    it once, not again as the cause (and again in every log line that prints the chain)."""
     try:
         yield
     except IncrementalError as exc:
         if redactor.leaks(exc):
             raise _masked_failure(asset, exc, redactor) from None
-        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
+        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from None
     except Exception as exc:
         if redactor.leaks(exc):
             raise _masked_failure(asset, exc, redactor) from None
