@@ -248,6 +248,49 @@ def test_a_bad_row_is_named_by_its_key_and_the_failure_says_it_once(strategy, ba
     assert shown.count(first_line) == 1, shown
 
 
+# -- storage and catalog errors ------------------------------------------------------------------
+
+
+def _storage_failure(spark, instance, tmp_path, catalog: str, warehouse: str, conf: dict[str, str]) -> str:
+    """A first run of an asset on `catalog` (its keys set on the session, as a user's config does)."""
+    from dagster_incremental import SparkTableIOManager
+
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    namespace = "storage_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[destination]\ncatalog = "{catalog}"\nnamespace = "{namespace}"\nwarehouse = "{warehouse}"\n')
+    io = SparkTableIOManager(catalog=catalog, namespace=namespace, warehouse=warehouse, master="local[2]", spark_config=conf)
+    asset = source_asset("stored_far", str(config), "append", lambda: list(GOOD))
+    result = materialize(asset, instance, io)
+    events = result.get_step_failure_events()
+    assert events, "the run was expected to fail"
+    error = events[0].step_failure_data.error
+    assert error.cause is None, "the Java trace is chained to the message"
+    return error.message
+
+
+def test_an_s3_warehouse_on_the_hadoop_catalog_is_named_with_the_keys_that_fix_it(spark, instance, tmp_path):
+    message = _storage_failure(spark, instance, tmp_path, "s3lake", "s3://bucket/warehouse", {})
+    for expected in ("stored_far", "catalog 's3lake'", "type hadoop", "s3://bucket/warehouse", "no file system for s3://",
+                     '"spark.sql.catalog.s3lake.type" = "rest"', "S3FileIO", 'No FileSystem for scheme "s3"'):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
+def test_wrong_catalog_credentials_are_named_with_the_secret_to_set(spark, instance, tmp_path, rest_catalog):
+    prefix = "spark.sql.catalog.restbad"
+    conf = {key.replace("spark.sql.catalog.rest", prefix, 1): value
+            for key, value in rest_catalog.spark_config.items() if key.startswith("spark.sql.catalog.rest")}
+    conf[f"{prefix}.credential"] = "wrong-id:wrong-secret"
+    message = _storage_failure(spark, instance, tmp_path, "restbad", rest_catalog.warehouse, conf)
+    for expected in ("stored_far", "catalog 'restbad'", "type rest", "refused access", "credentials are missing or wrong",
+                     f'"{prefix}.credential"', "secrets.toml"):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert "wrong-secret" not in message
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
 # -- nanosecond timestamps ----------------------------------------------------------------------
 
 

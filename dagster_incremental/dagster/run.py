@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -183,7 +183,8 @@ class Runner:
             raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
-        with redactor.masking_logs(context.log):
+        asset, io = context.asset_key.to_user_string(), self._io(context)
+        with redactor.masking_logs(context.log), user_errors(asset, redactor, lambda e: storage_failure(e, io, context.asset_key)):
             output, state, written = self._run(context, config, secret_kwargs, redactor)
         # The IO manager stores the output before this generator resumes: the checks see the
         # table as this run committed it.
@@ -468,7 +469,7 @@ class Runner:
 
 
 @contextlib.contextmanager
-def user_errors(asset: str, redactor: Redactor):
+def user_errors(asset: str, redactor: Redactor, storage: Callable[[BaseException], str | None] | None = None):
     """Errors of the cursor and of the user's function as the run reports them: a library error
     is a Failure naming the asset; any error whose text holds a secret is re-raised masked.
 
@@ -484,7 +485,26 @@ def user_errors(asset: str, redactor: Redactor):
     except Exception as exc:
         if redactor.leaks(exc):
             raise _masked_failure(asset, exc, redactor) from None
+        explained = storage(exc) if storage is not None else None
+        if explained is not None:  # the Java trace (100+ lines) is left out: the cause is named
+            raise dg.Failure(description=f"asset {asset}: {explained}", allow_retries=False) from None
         raise
+
+
+def storage_failure(exc: BaseException, io: Any, asset_key: dg.AssetKey) -> str | None:
+    """A storage or catalog failure (no file system for the warehouse, access refused, server
+    unreachable) as the table, the catalog, the likely cause and the keys that fix it."""
+    from dagster_incremental.spark.errors import root_message, storage_problem
+
+    try:
+        conf = io._spark_conf()  # noqa: SLF001 - the keys the session was built with (no value is shown)
+        table = io.table_name(asset_key).display
+    except Exception:  # noqa: BLE001 - an IO manager of another kind: nothing to add
+        return None
+    catalog = "spark_catalog" if getattr(io, "table_format", "") == "delta" else io.catalog
+    warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse") or io._warehouse()  # noqa: SLF001
+    problem = storage_problem(exc, catalog, warehouse, conf)
+    return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"
 
 
 def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:
