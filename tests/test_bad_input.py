@@ -291,6 +291,19 @@ def test_wrong_catalog_credentials_are_named_with_the_secret_to_set(spark, insta
     assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
 
 
+def test_wrong_s3_keys_for_the_table_files_are_named_with_the_keys_to_set(spark, instance, tmp_path, jdbc_catalog):
+    """The catalog (JDBC) answers, S3 refuses the table's files: said when the write commits."""
+    prefix = "spark.sql.catalog.pgbad"
+    conf = {key.replace("spark.sql.catalog.pg", prefix, 1): value
+            for key, value in jdbc_catalog.spark_config.items() if key.startswith("spark.sql.catalog.pg")}
+    conf.update({f"{prefix}.s3.access-key-id": "wrong-key", f"{prefix}.s3.secret-access-key": "wrong-secret"})
+    message = _storage_failure(spark, instance, tmp_path, "pgbad", jdbc_catalog.warehouse, conf)
+    for expected in ("stored_far", "catalog 'pgbad'", "type jdbc", "refused access", f'"{prefix}.s3.access-key-id"'):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert "wrong-secret" not in message
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
 # -- nanosecond timestamps ----------------------------------------------------------------------
 
 

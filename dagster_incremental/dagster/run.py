@@ -492,19 +492,10 @@ def user_errors(asset: str, redactor: Redactor, storage: Callable[[BaseException
 
 
 def storage_failure(exc: BaseException, io: Any, asset_key: dg.AssetKey) -> str | None:
-    """A storage or catalog failure (no file system for the warehouse, access refused, server
-    unreachable) as the table, the catalog, the likely cause and the keys that fix it."""
-    from dagster_incremental.spark.errors import root_message, storage_problem
-
-    try:
-        conf = io._spark_conf()  # noqa: SLF001 - the keys the session was built with (no value is shown)
-        table = io.table_name(asset_key).display
-    except Exception:  # noqa: BLE001 - an IO manager of another kind: nothing to add
-        return None
-    catalog = "spark_catalog" if getattr(io, "table_format", "") == "delta" else io.catalog
-    warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse") or io._warehouse()  # noqa: SLF001
-    problem = storage_problem(exc, catalog, warehouse, conf)
-    return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"
+    """A storage or catalog failure explained by the IO manager (None: not one, or an IO
+    manager of another kind)."""
+    explain = getattr(io, "storage_error", None)
+    return explain(exc, asset_key) if explain is not None else None
 
 
 def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:
