@@ -485,3 +485,16 @@ def test_env_override_of_warehouse_outside_the_project_is_rejected(tmp_path, mon
         SparkTableIOManager.from_config(str(path))
     message = str(caught.value)
     assert "DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE" in message and "outside the project" in message
+
+
+def test_a_row_of_another_shape_is_named_by_its_type_never_quoted():
+    """A tuple or object yielded as a row is a source row: the error says what it is, not what it holds."""
+    from dagster_incremental.errors import DataShapeError
+    from dagster_incremental.spark.local.stage import iterate_output
+
+    for output in (iter([("alice@example.com", 1)]), iter([[{"id": 1}, ("bob@example.com", 2)]])):
+        with pytest.raises(DataShapeError) as raised:
+            list(iterate_output(output, "rows"))
+        assert "tuple (2 values)" in str(raised.value) and "example.com" not in str(raised.value), str(raised.value)
+    with pytest.raises(DataShapeError, match=r"str \('oops'\)"):
+        list(iterate_output(iter(["oops"]), "rows"))
