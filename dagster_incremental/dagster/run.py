@@ -184,7 +184,8 @@ class Runner:
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
         asset, io = context.asset_key.to_user_string(), self._io(context)
-        with redactor.masking_logs(context.log), user_errors(asset, redactor, lambda e: storage_failure(e, io, context.asset_key)):
+        explain = lambda e: storage_failure(e, io, context.asset_key)  # noqa: E731
+        with redactor.masking_logs(context.log), user_errors(asset, redactor, explain):
             output, state, written = self._run(context, config, secret_kwargs, redactor)
         # The IO manager stores the output before this generator resumes: the checks see the
         # table as this run committed it.

@@ -142,7 +142,12 @@ def storage_problem(error: BaseException, catalog: str, warehouse: str, conf: Ma
         return None
     prefix = f"spark.sql.catalog.{catalog}"
     kind = conf.get(f"{prefix}.type") or ("custom" if f"{prefix}.catalog-impl" in conf else "hadoop")
+    kind = "delta" if catalog == "spark_catalog" else kind  # Delta tables: folders, no Iceberg catalog
     where = f"catalog {catalog!r} (type {kind}, warehouse {warehouse})"
+    if NO_FILE_SYSTEM in classes and kind == "delta":
+        return (f"{where}: Spark has no file system for this warehouse: Delta on S3 writes through Hadoop's "
+                "S3A, whose jars (org.apache.hadoop:hadoop-aws and com.amazonaws:aws-java-sdk-bundle) must "
+                'be in the local Maven repository or in "spark.jars.packages" (docs/delta.md, "On S3").')
     if NO_FILE_SYSTEM in classes:
         scheme = warehouse.split("://", 1)[0] if "://" in warehouse else "this"
         return (f"{where}: Spark has no file system for {scheme}:// paths, and a {kind} catalog keeps its "
