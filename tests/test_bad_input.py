@@ -34,6 +34,7 @@ from attack_support import (
     rows,
     snapshots,
     source_asset,
+    table_id,
     write_config,
 )
 
@@ -82,8 +83,8 @@ class RowCase:
 
 ROW_CASES = [
     # cursor problems
-    RowCase("cursor-missing-raise", lambda: [{"id": 9, "amount": 1}], ("updated", "'id': 9")),
-    RowCase("cursor-none-raise", lambda: [{"id": 9, "amount": 1, "updated": None}], ("updated", "None", "'id': 9")),
+    RowCase("cursor-missing-raise", lambda: [{"id": 9, "amount": 1}], ("updated", "its columns: id, amount")),
+    RowCase("cursor-none-raise", lambda: [{"id": 9, "amount": 1, "updated": None}], ("updated", "None", "primary key id=9")),
     RowCase("cursor-mixed-types", lambda: [{"id": 8, "amount": 1, "updated": 1_000_008}, {"id": 9, "amount": 1, "updated": "soon"}],
             ("updated", "soon")),
     RowCase("cursor-type-vs-stored-state", lambda: [{"id": 9, "amount": 1, "updated": "2024-01-01T00:00:00Z"}],
@@ -209,6 +210,145 @@ def test_function_returning_nothing_is_a_no_op_that_keeps_table_and_cursor(spark
     feed["source"] = lambda: [*GOOD, NEXT]
     assert materialize(asset, instance, io).success
     assert dagster_state(instance, "returns_nothing")["last_value"] == 3
+
+
+def _failure_event_texts(instance, run_id: str) -> str:
+    """What the run's event log shows of its failure: each event's message and error, chained."""
+    texts = []
+    for record in instance.all_logs(run_id):
+        event = record.dagster_event
+        texts.append(record.user_message or "")
+        if event is not None and event.is_step_failure:
+            texts.append(event.step_failure_data.error.to_string())
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("strategy, bad, what", [
+    ("append", {"id": 9, "amount": 1, "updated": "soon"}, ("'updated'", "'soon'", "primary key id=9")),
+    ("upsert", {"id": None, "amount": 1, "updated": 1_000_009}, ("'id'", "NULL", "key {'id': None}")),
+])
+def test_a_bad_row_is_named_by_its_key_and_the_failure_says_it_once(strategy, bad, what, spark, instance, io, tmp_path,
+                                                                     spark_warehouse, namespace):
+    """Rows hold personal data and Dagster's logs travel: the error names the column, the row's
+    key and the value, never the row's other values; and the event log holds the message once."""
+    config = write_config(tmp_path / "config.toml", spark_warehouse, namespace)
+    feed = {"rows": [{**r, "secret": "alice@example.com"} for r in GOOD]}
+    name = f"row_privacy_{strategy}"
+    asset = source_asset(name, config, strategy, lambda: feed["rows"])
+    assert materialize(asset, instance, io).success
+    feed["rows"] = [{"id": 8, "amount": 1, "updated": 1_000_008, "secret": "bob@example.com"},
+                    {**bad, "secret": "carol@example.com"}]
+    result = materialize(asset, instance, io)
+    message = failure_text(result)
+    for expected in (name, *what):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    shown = _failure_event_texts(instance, result.run_id)
+    assert "example.com" not in shown, shown
+    first_line = message.splitlines()[0].split(f"asset {name}: ", 1)[1]
+    assert shown.count(first_line) == 1, shown
+
+
+# -- storage and catalog errors ------------------------------------------------------------------
+
+
+def _storage_failure(spark, instance, tmp_path, catalog: str, warehouse: str, conf: dict[str, str]) -> str:
+    """A first run of an asset on `catalog` (its keys set on the session, as a user's config does)."""
+    from dagster_incremental import SparkTableIOManager
+
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    namespace = "storage_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[destination]\ncatalog = "{catalog}"\nnamespace = "{namespace}"\nwarehouse = "{warehouse}"\n')
+    io = SparkTableIOManager(catalog=catalog, namespace=namespace, warehouse=warehouse, master="local[2]", spark_config=conf)
+    asset = source_asset("stored_far", str(config), "append", lambda: list(GOOD))
+    result = materialize(asset, instance, io)
+    events = result.get_step_failure_events()
+    assert events, "the run was expected to fail"
+    error = events[0].step_failure_data.error
+    assert error.cause is None, "the Java trace is chained to the message"
+    return error.message
+
+
+def test_an_s3_warehouse_on_the_hadoop_catalog_is_named_with_the_keys_that_fix_it(spark, instance, tmp_path):
+    message = _storage_failure(spark, instance, tmp_path, "s3lake", "s3://bucket/warehouse", {})
+    for expected in ("stored_far", "catalog 's3lake'", "type hadoop", "s3://bucket/warehouse", "no file system for s3://",
+                     '"spark.sql.catalog.s3lake.type" = "rest"', "S3FileIO", 'No FileSystem for scheme "s3"'):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
+def test_wrong_catalog_credentials_are_named_with_the_secret_to_set(spark, instance, tmp_path, rest_catalog):
+    prefix = "spark.sql.catalog.restbad"
+    conf = {key.replace("spark.sql.catalog.rest", prefix, 1): value
+            for key, value in rest_catalog.spark_config.items() if key.startswith("spark.sql.catalog.rest")}
+    conf[f"{prefix}.credential"] = "wrong-id:wrong-secret"
+    message = _storage_failure(spark, instance, tmp_path, "restbad", rest_catalog.warehouse, conf)
+    for expected in ("stored_far", "catalog 'restbad'", "type rest", "refused access", "credentials are missing or wrong",
+                     f'"{prefix}.credential"', "secrets.toml"):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert "wrong-secret" not in message
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
+def test_wrong_s3_keys_for_the_table_files_are_named_with_the_keys_to_set(spark, instance, tmp_path, jdbc_catalog):
+    """The catalog (JDBC) answers, S3 refuses the table's files: said when the write commits."""
+    prefix = "spark.sql.catalog.pgbad"
+    conf = {key.replace("spark.sql.catalog.pg", prefix, 1): value
+            for key, value in jdbc_catalog.spark_config.items() if key.startswith("spark.sql.catalog.pg")}
+    conf.update({f"{prefix}.s3.access-key-id": "wrong-key", f"{prefix}.s3.secret-access-key": "wrong-secret"})
+    message = _storage_failure(spark, instance, tmp_path, "pgbad", jdbc_catalog.warehouse, conf)
+    for expected in ("stored_far", "catalog 'pgbad'", "type jdbc", "refused access", f'"{prefix}.s3.access-key-id"'):
+        assert expected in message, f"{expected!r} missing from:\n{message}"
+    assert "wrong-secret" not in message
+    assert len(message.splitlines()) <= 3 and "\tat org.apache" not in message, message
+
+
+# -- nanosecond timestamps ----------------------------------------------------------------------
+
+
+_T0 = "2024-01-01T00:00:00Z"
+
+
+def _ns_source(kind: str, rows_ns: list[tuple[int, int]]):
+    """Rows (id, nanoseconds after _T0) as `kind` gives them: pandas keeps nanoseconds, so do
+    Arrow tables made from it and dict rows holding its Timestamps."""
+    import pandas as pd
+    import pyarrow as pa
+
+    frame = pd.DataFrame({"id": [i for i, _ in rows_ns], "amount": [i * 10 for i, _ in rows_ns],
+                          "updated": [pd.Timestamp(_T0) + pd.Timedelta(n, "ns") for _, n in rows_ns]})
+    assert str(frame["updated"].dtype) == "datetime64[ns, UTC]"
+    if kind == "arrow":
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    return frame.to_dict("records") if kind == "dicts" else frame
+
+
+@pytest.mark.parametrize("kind, catalog", [("pandas", "hadoop"), ("arrow", "hadoop"), ("dicts", "hadoop"),
+                                           ("pandas", "delta")], indirect=["catalog"])
+def test_nanosecond_timestamps_are_stored_and_kept_as_microseconds(kind, catalog, spark, instance, tmp_path, namespace):
+    """Digits finer than a microsecond are dropped (the table holds microseconds): the table, the
+    cursor and its boundary all hold the truncated instant, so the next run neither reloads the
+    boundary row nor skips a new row in the boundary's microsecond."""
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    name = f"ns_{kind}_{catalog.kind}"
+    feed = {"rows": [(1, 1_999), (2, 2_999)]}
+    asset = source_asset(name, str(config), "append", lambda: _ns_source(kind, feed["rows"]), initial_value=_T0)
+    first = materialize(asset, instance, io)
+    assert first.success, failure_text(first)
+    state = dagster_state(instance, name)
+    assert state["last_value"] == "2024-01-01T00:00:00.000002Z"
+    assert state["boundary"]["keys"] == [2]
+
+    feed["rows"] = [(1, 1_999), (2, 2_999), (3, 2_500)]  # 3: new, in the boundary's microsecond
+    second = materialize(asset, instance, io)
+    assert second.success, failure_text(second)
+    t0 = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp()) * 1_000_000
+    stored = spark.table(table_id(io, name)).selectExpr("id", f"unix_micros(updated) - {t0}").collect()
+    assert sorted(tuple(r) for r in stored) == [(1, 1), (2, 2), (3, 2)]  # each row once, in microseconds
+    assert dagster_state(instance, name)["boundary"]["keys"] == [2, 3]
 
 
 # -- config ----------------------------------------------------------------------------------------
@@ -345,3 +485,16 @@ def test_env_override_of_warehouse_outside_the_project_is_rejected(tmp_path, mon
         SparkTableIOManager.from_config(str(path))
     message = str(caught.value)
     assert "DAGSTER_INCREMENTAL__DESTINATION__WAREHOUSE" in message and "outside the project" in message
+
+
+def test_a_row_of_another_shape_is_named_by_its_type_never_quoted():
+    """A tuple or object yielded as a row is a source row: the error says what it is, not what it holds."""
+    from dagster_incremental.errors import DataShapeError
+    from dagster_incremental.spark.local.stage import iterate_output
+
+    for output in (iter([("alice@example.com", 1)]), iter([[{"id": 1}, ("bob@example.com", 2)]])):
+        with pytest.raises(DataShapeError) as raised:
+            list(iterate_output(output, "rows"))
+        assert "tuple (2 values)" in str(raised.value) and "example.com" not in str(raised.value), str(raised.value)
+    with pytest.raises(DataShapeError, match=r"str \('oops'\)"):
+        list(iterate_output(iter(["oops"]), "rows"))

@@ -94,7 +94,7 @@ def row_dedup_key(row: Mapping[str, Any], dedup_key: DedupKey, *, where: str = "
         if value is MISSING:
             raise PrimaryKeyMissing(
                 f"The primary key column {column!r} (primary_key {list(dedup_key)}) is missing in "
-                f"{where or 'a row'}: {_short(row)}. Add the column to every row, or set primary_key to the "
+                f"{where or 'a row'}{_columns_of(row)}. Add the column to every row, or set primary_key to the "
                 "columns that identify a row.",
                 columns=[column],
             )
@@ -102,9 +102,15 @@ def row_dedup_key(row: Mapping[str, Any], dedup_key: DedupKey, *, where: str = "
     return canonical_json(values[0] if len(values) == 1 else values)
 
 
-def _short(row: Any, limit: int = 300) -> str:
-    text = repr(row)
+def shown_value(value: Any, limit: int = 120) -> str:
+    """One value as an error quotes it: its repr, cut at `limit` characters. Errors quote the
+    offending value and the row's key, never a whole row (rows hold personal data)."""
+    text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _columns_of(row: Any) -> str:
+    return f" (its columns: {', '.join(map(str, row))})" if isinstance(row, Mapping) else ""
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.cursor import values as cv
-from dagster_incremental.cursor.boundary import CONTENT, DedupKey, _short
+from dagster_incremental.cursor.boundary import CONTENT, DedupKey, shown_value
 from dagster_incremental.cursor.definition import CursorDefinition
+from dagster_incremental.cursor.paths import MISSING
 from dagster_incremental.errors import CursorPathMissing, CursorTypeError, CursorValueNone, PrimaryKeyMissing
 
 
@@ -30,10 +31,20 @@ class RowErrors:
         policy = ("Give every row a value there, or set on_cursor_value_missing = 'include' to load rows "
                   "without one too (the cursor cannot place them: each is loaded whenever the source returns it)")
         if missing:
-            return CursorPathMissing(f"cursor_path {path!r} is missing in {where}: {_short(row)}. {policy}.",
+            return CursorPathMissing(f"cursor_path {path!r} is missing in {where}{self.key_of(row)}. {policy}.",
                                      cursor_path=path)
-        return CursorValueNone(f"cursor_path {path!r} is None in {where}: {_short(row)}. {policy}.",
+        value = self.spec.path.extract(row) if isinstance(row, Mapping) else None
+        what = "None" if value is None or value is MISSING else f"{shown_value(value)}, no value,"  # NaN, NaT
+        return CursorValueNone(f"cursor_path {path!r} is {what} in {where}{self.key_of(row)}. {policy}.",
                                cursor_path=path)
+
+    def key_of(self, row: Any) -> str:
+        """' (primary key id=9)': a row named by its key, never by its other columns (rows hold
+        personal data, and run logs travel); '' without a key (the caller names its position)."""
+        if self.dedup_key == CONTENT or not isinstance(row, Mapping):
+            return ""
+        shown = [f"{column}={shown_value(row[column])}" for column in self.dedup_key if column in row]
+        return f" (primary key {', '.join(shown)})" if shown else ""
 
     def absent_column_error(self, columns: Sequence[str], row: Any) -> CursorPathMissing:
         """No row of the batch has the cursor column: cursor_path names the wrong column, and
@@ -42,8 +53,8 @@ class RowErrors:
         guesses = self._cursor_columns(column, [str(c) for c in columns], row)
         mean = f" Did you mean {' or '.join(map(repr, guesses))}?" if guesses else ""
         return CursorPathMissing(
-            f"cursor_path {path!r}: the batch has no column {column!r} (its columns: {', '.join(map(str, columns))}; "
-            f"row 0: {_short(row)}).{mean} Set cursor_path to the column that holds each row's cursor value.",
+            f"cursor_path {path!r}: the batch has no column {column!r} (its columns: {', '.join(map(str, columns))})."
+            f"{mean} Set cursor_path to the column that holds each row's cursor value.",
             cursor_path=path, setting="cursor_path",
         )
 
@@ -56,18 +67,17 @@ class RowErrors:
         wanted = {self.cursor_type} if self.cursor_type else {"date", "timestamp"}
         return [c for c in columns if cv.detect_type(row.get(c)) in wanted][:2]
 
-    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str, row: Any = None) -> PrimaryKeyMissing:
+    def key_missing_error(self, missing: Sequence[str], columns: Sequence[str], where: str) -> PrimaryKeyMissing:
         """Rows without their primary key: the cursor needs it to know which rows at its start value
         were loaded already (and a merge to find the row in the table), so dropping the key is no fix."""
         own = self.spec.primary_key is not None
         key = list(self.dedup_key) if self.dedup_key != CONTENT else []
         guesses = [g for m in missing for g in difflib.get_close_matches(m, [str(c) for c in columns], n=1)]
         mean = f"; did you mean {', '.join(map(repr, guesses))}?" if guesses else ""
-        shown = f": {_short(row)}" if row is not None else ""
         whose = f"the primary_key of cursor {self.spec.cursor_path!r}" if own else "primary_key"
         return PrimaryKeyMissing(
             f"{whose} {key}: {where} of the batch has no column "
-            f"{', '.join(map(repr, missing))}{shown} (its columns: {', '.join(map(str, columns))}{mean}). Every row needs "
+            f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(str, columns))}{mean}). Every row needs "
             "its primary key: it tells which rows at the cursor's start value were loaded already"
             + ("" if own else ", and a merge finds the row to update by it")
             + f". Add {', '.join(map(repr, missing))} to every row, or set {whose} to the columns that identify a row.",
@@ -90,9 +100,9 @@ class RowErrors:
     def type_error(self, value: Any, row: Any, where: str, reason: str) -> CursorTypeError:
         source = self.type_source()
         return CursorTypeError(
-            f"cursor_path {self.spec.cursor_path!r}: the value {value!r} (type {type(value).__name__}, "
-            f"{cv.what_value_is(value)}) in {where} of the batch cannot be compared with the {self.cursor_type} "
-            f"cursor: {reason}. Row: {_short(row)}. {self._type_advice(value, source)}",
+            f"cursor_path {self.spec.cursor_path!r}: the value {shown_value(value)} (type {type(value).__name__}, "
+            f"{cv.what_value_is(value)}) in {where}{self.key_of(row)} of the batch cannot be compared with the "
+            f"{self.cursor_type} cursor: {reason}. {self._type_advice(value, source)}",
             cursor_path=self.spec.cursor_path,
             value=value,
             setting="cursor_datetime_formats" if cv.matching_formats(value) else source,

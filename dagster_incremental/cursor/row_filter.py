@@ -147,7 +147,7 @@ class RowFilter:
                 out.append(row_dedup_key(r, dk, where=f"row {i}"))
             except PrimaryKeyMissing as exc:
                 columns = list(r) if isinstance(r, Mapping) else []
-                raise self.run.errors.key_missing_error(exc.columns, columns, f"row {i}", r) from None
+                raise self.run.errors.key_missing_error(exc.columns, columns, f"row {i}") from None
         return out
 
     def _filter_rows(self, rows: list[Any]) -> list[Any]:

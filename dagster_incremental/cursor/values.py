@@ -454,6 +454,15 @@ def detect_arrow_type(arr: pa.Array) -> CursorType | None:
     return detect_type(valid[0].as_py()) if len(valid) else None
 
 
+def timestamps_in_micros(arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A timestamp column in microseconds, finer digits dropped (floored, as a datetime drops
+    them): Spark, Iceberg and Delta hold microseconds, and the cursor keeps what the table keeps."""
+    unit = arr.type.unit
+    if unit in ("s", "ms", "us"):
+        return arr.cast(pa.timestamp("us", arr.type.tz))
+    return pc.floor_temporal(arr, unit="microsecond").cast(pa.timestamp("us", arr.type.tz))
+
+
 def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str, formats: Formats = ()) -> pa.Array:
     """An Arrow column as a key array (nulls stay null); raises KeyConversionError with the row index.
 
@@ -470,7 +479,7 @@ def arrow_to_keys(arr: pa.Array | pa.ChunkedArray, cursor_type: str, formats: Fo
         t = arr.type
     if cursor_type in TEMPORAL_TYPES:
         if pa.types.is_timestamp(t):
-            return arr.cast(pa.timestamp("us", t.tz), safe=False).cast(pa.int64())
+            return timestamps_in_micros(arr).cast(pa.int64())
         if pa.types.is_date(t):
             return arr.cast(pa.date32()).cast(pa.timestamp("us")).cast(pa.int64())
         if pa.types.is_string(t) or pa.types.is_large_string(t):

@@ -222,6 +222,12 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if isinstance(obj, IncrementalBatch):
             try:
                 result, _ = self.commit_batch(obj, context.asset_key, context.log)
+            except Exception as exc:
+                explained = self.storage_error(exc, context.asset_key)
+                if explained is None:
+                    raise
+                raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {explained}",
+                                 allow_retries=False) from None  # the Java trace names none of it
             finally:
                 if isinstance(obj.data, LocalRows):  # rows spilled to disk: remove the files
                     obj.data.close()
@@ -239,6 +245,21 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         result = self.tables.write_frame(spec, obj, context.run_id, window)
         context.add_output_metadata(
             md.result_metadata(spec.table, result, replaced=spec.replaces_table(window)))
+
+    def storage_error(self, exc: BaseException, asset_key: dg.AssetKey) -> str | None:
+        """A storage or catalog failure (no file system for the warehouse, access refused, server
+        unreachable) as the table, the catalog, the likely cause and the keys that fix it."""
+        from dagster_incremental.spark.errors import root_message, storage_problem
+
+        try:
+            conf = self._spark_conf()  # the keys the session was built with (no value is shown)
+            table = self.table_name(asset_key).display
+        except Exception:  # noqa: BLE001 - the destination itself is misconfigured: its own error stands
+            return None
+        catalog = "spark_catalog" if self.table_format == "delta" else self.catalog
+        warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse") or self._warehouse()
+        problem = storage_problem(exc, catalog, warehouse, conf)
+        return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"
 
     def _output_window(self, context: dg.OutputContext, spec: WriteSpec) -> WindowReplace | None:
         """A partitioned DataFrame asset replaces its partition's window of `partition_expr`."""

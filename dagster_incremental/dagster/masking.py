@@ -62,10 +62,13 @@ class Redactor:
         return self._pattern is not None and self.found_in(_format(exc))
 
     def describe(self, exc: BaseException) -> str:
-        """`Type: message` and the whole traceback (with chain), secrets masked."""
-        last = traceback.format_exception_only(type(exc), exc)
+        """`Type: message` and the whole traceback (with chain), secrets masked. The message is
+        said once: the traceback ends at the last frame, not with the message again."""
+        last = list(traceback.format_exception_only(type(exc), exc))
+        stack = list(traceback.TracebackException.from_exception(exc).format())
+        stack = stack[: len(stack) - len(last)] if stack[-len(last):] == last else stack
         return (self.redact("".join(last).strip()) + "\n\nTraceback (secret values replaced by "
-                f"{MASK}):\n" + self.redact(_format(exc)))
+                f"{MASK}):\n" + self.redact("".join(stack)))
 
     def checked(self, exc: BaseException, prefix: str = "") -> BaseException | None:
         """A RedactedError to raise `from None` in place of `exc` when it leaks, else None."""

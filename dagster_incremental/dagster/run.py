@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -190,7 +190,9 @@ class Runner:
             raise dg.Failure(description=f"asset {context.asset_key.to_user_string()}: {exc}", allow_retries=False) from None
         # Every context.log line of this run (ours and the function's) is masked before Dagster
         # stores it; errors that carry a secret are re-raised masked (_masked_failure).
-        with redactor.masking_logs(context.log):
+        asset, io = context.asset_key.to_user_string(), self._io(context)
+        explain = lambda e: storage_failure(e, io, context.asset_key)  # noqa: E731
+        with redactor.masking_logs(context.log), user_errors(asset, redactor, explain):
             output, state, written = self._run(context, config, secret_kwargs, redactor)
         # The IO manager stores the output before this generator resumes: the checks see the
         # table as this run committed it.
@@ -483,19 +485,33 @@ class Runner:
 
 
 @contextlib.contextmanager
-def user_errors(asset: str, redactor: Redactor):
+def user_errors(asset: str, redactor: Redactor, storage: Callable[[BaseException], str | None] | None = None):
     """Errors of the cursor and of the user's function as the run reports them: a library error
-    is a Failure naming the asset; any error whose text holds a secret is re-raised masked."""
+    is a Failure naming the asset; any error whose text holds a secret is re-raised masked.
+
+    A library error's message is complete (what, where, what to do) and its frames are the
+    library's: the Failure carries the message alone (`from None`), so the step's failure shows
+    it once, not again as the cause (and again in every log line that prints the chain)."""
     try:
         yield
     except IncrementalError as exc:
         if redactor.leaks(exc):
             raise _masked_failure(asset, exc, redactor) from None
-        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from exc
+        raise dg.Failure(description=f"asset {asset}: {exc}", allow_retries=False) from None
     except Exception as exc:
         if redactor.leaks(exc):
             raise _masked_failure(asset, exc, redactor) from None
+        explained = storage(exc) if storage is not None else None
+        if explained is not None:  # the Java trace (100+ lines) is left out: the cause is named
+            raise dg.Failure(description=f"asset {asset}: {explained}", allow_retries=False) from None
         raise
+
+
+def storage_failure(exc: BaseException, io: Any, asset_key: dg.AssetKey) -> str | None:
+    """A storage or catalog failure explained by the IO manager (None: not one, or an IO
+    manager of another kind)."""
+    explain = getattr(io, "storage_error", None)
+    return explain(exc, asset_key) if explain is not None else None
 
 
 def _masked_failure(asset: str, exc: BaseException, redactor: Redactor) -> dg.Failure:

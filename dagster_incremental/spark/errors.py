@@ -3,7 +3,7 @@ message text (which changes between versions and may quote user data)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 TABLE_NOT_FOUND = "TABLE_OR_VIEW_NOT_FOUND"
@@ -117,3 +117,69 @@ def _implements(throwable: Any, interface: str) -> bool:
 
     gateway = SparkContext._gateway
     return gateway is not None and is_instance_of(gateway, throwable, interface)
+
+
+# Storage and catalog failures a user's configuration causes, by the Java classes behind them.
+NO_FILE_SYSTEM = "org.apache.hadoop.fs.UnsupportedFileSystemException"
+ACCESS_DENIED = (
+    "org.apache.iceberg.exceptions.ForbiddenException",  # a catalog service's 403
+    "org.apache.iceberg.exceptions.NotAuthorizedException",  # its 401
+    "java.nio.file.AccessDeniedException",  # S3A's 403
+)
+S3_ANSWER = "software.amazon.awssdk.services.s3.model.S3Exception"  # S3FileIO's: denied when 401/403
+NO_CONNECTION = (
+    "software.amazon.awssdk.core.exception.SdkClientException",  # no credentials, no endpoint
+    "java.net.ConnectException",
+    "java.net.UnknownHostException",
+)
+
+
+def storage_problem(error: BaseException, catalog: str, warehouse: str, conf: Mapping[str, str]) -> str | None:
+    """What a storage or catalog failure means for the user, with the keys that fix it (None:
+    not one). `conf`: the session's catalog keys (only non-secret ones are named, never valued)."""
+    classes = java_classes(error)
+    if not classes:
+        return None
+    prefix = f"spark.sql.catalog.{catalog}"
+    kind = conf.get(f"{prefix}.type") or ("custom" if f"{prefix}.catalog-impl" in conf else "hadoop")
+    kind = "delta" if catalog == "spark_catalog" else kind  # Delta tables: folders, no Iceberg catalog
+    where = f"catalog {catalog!r} (type {kind}, warehouse {warehouse})"
+    if NO_FILE_SYSTEM in classes and kind == "delta":
+        return (f"{where}: Spark has no file system for this warehouse: Delta on S3 writes through Hadoop's "
+                "S3A, whose jars (org.apache.hadoop:hadoop-aws and com.amazonaws:aws-java-sdk-bundle) must "
+                'be in the local Maven repository or in "spark.jars.packages" (docs/delta.md, "On S3").')
+    if NO_FILE_SYSTEM in classes:
+        scheme = warehouse.split("://", 1)[0] if "://" in warehouse else "this"
+        return (f"{where}: Spark has no file system for {scheme}:// paths, and a {kind} catalog keeps its "
+                f"tables through one. For tables on S3 use a catalog service with Iceberg's S3FileIO: in "
+                f'config.toml [spark.conf], "{prefix}.type" = "rest" (or "jdbc") with "{prefix}.uri", and '
+                f'"{prefix}.io-impl" = "org.apache.iceberg.aws.s3.S3FileIO" (docs/clusters-and-catalogs.md); '
+                "or set [destination] warehouse to a local folder.")
+    if classes.intersection(ACCESS_DENIED) or _s3_denied(error):
+        return (f"{where} refused access: its credentials are missing or wrong. In config/secrets.toml "
+                f'[spark.conf] set the catalog\'s "{prefix}.credential" (or "{prefix}.token") and the S3 keys '
+                f'"{prefix}.s3.access-key-id" / "{prefix}.s3.secret-access-key" (or AWS_ACCESS_KEY_ID / '
+                "AWS_SECRET_ACCESS_KEY in the environment), with rights to read and write the warehouse.")
+    if classes.intersection(NO_CONNECTION):
+        return (f"{where} could not be reached, or no credentials were found: check \"{prefix}.uri\" and "
+                f'"{prefix}.s3.endpoint" in config.toml [spark.conf], and set the S3 keys in config/secrets.toml '
+                f'[spark.conf] ("{prefix}.s3.access-key-id" / "{prefix}.s3.secret-access-key") or as '
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.")
+    return None
+
+
+def _s3_denied(error: BaseException) -> bool:
+    for throwable in _java_chain(error):
+        if _implements(throwable, S3_ANSWER) and int(throwable.statusCode()) in (401, 403):
+            return True
+    return False
+
+
+def root_message(error: BaseException, limit: int = 300) -> str:
+    """The innermost Java exception's one-line message (what the server or library said)."""
+    last = None
+    for throwable in _java_chain(error):
+        last = throwable
+    text = str(last.toString()) if last is not None else str(error)
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[:limit] + "..."

@@ -156,11 +156,12 @@ class IncrementalBatch:
     column_descriptions: Mapping[str, str] = field(default_factory=dict)  # for the column schema
 
 
-_SAMPLE_CHARS = 500  # of a row quoted in an error
+_SAMPLE_CHARS = 500  # of the row's key quoted in an error
 
 
 def null_key_message(table: TableRef, nulls: int, role: str, column: str, sample: str) -> str:
-    """The NULL-key error, the same whether Spark or Arrow (spark/local/dedup.py) found it."""
+    """The NULL-key error, the same whether Spark or Arrow (spark/local/dedup.py) found it.
+    `sample` names one such row by its key columns (and position), never its other values."""
     return (
         f"{table}: {nulls} row(s) have NULL in {role} column {column!r}, e.g. {sample[:_SAMPLE_CHARS]}. "
         "Key columns must be non-NULL (a NULL key never matches, so the row could not "

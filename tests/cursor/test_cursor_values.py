@@ -175,3 +175,16 @@ def test_python_values_mixed_kinds():
         cv.values_to_keys([1, "a"], "number")
     assert e.value.index == 1
     assert cv.values_to_keys([1, 2.5, None], "number").to_pylist() == [1, 2.5, None]
+
+
+def test_nanosecond_timestamps_key_as_the_microsecond_they_fall_in_in_arrow_and_python():
+    """Finer digits are dropped alike from an Arrow column and from a pandas Timestamp, before
+    1970 too (one nanosecond before midnight is in the microsecond before it, not after)."""
+    import pandas as pd
+
+    from dagster_incremental.cursor.values import arrow_to_keys, to_key
+
+    stamps = [pd.Timestamp(n, unit="ns", tz="UTC") for n in (-1, -1_001, 1_999, 1_704_067_200_000_001_999)]
+    column = pa.array([s.value for s in stamps], pa.timestamp("ns", "UTC"))
+    assert arrow_to_keys(column, "timestamp").to_pylist() == [to_key(s, "timestamp") for s in stamps]
+    assert [to_key(s, "timestamp") for s in stamps] == [-1, -2, 1, 1_704_067_200_000_001]

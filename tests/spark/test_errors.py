@@ -54,3 +54,11 @@ def test_a_statements_own_raise_error_is_recognised(spark):
     assert not errors.raised_by_sql(error, marker + " (another)")
     assert not errors.raised_by_sql(caught(lambda: spark.table("lake.errors.nope")), marker)
     assert errors.error_classes(KeyError("x")) == set() and not errors.is_commit_conflict(KeyError("x"))
+
+
+def test_a_missing_table_or_a_python_error_is_no_storage_problem(spark):
+    """Only storage and catalog failures get the storage advice: a missing table (a planning
+    error) and an error without a JVM behind it are left as they are."""
+    missing = caught(lambda: spark.table(TableRef("lake", ("errors",), "no_such_table").sql))
+    assert errors.storage_problem(missing, "lake", "/tmp/warehouse", {}) is None
+    assert errors.storage_problem(ValueError("no JVM behind it"), "lake", "/tmp/warehouse", {}) is None

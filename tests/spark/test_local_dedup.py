@@ -88,10 +88,11 @@ def test_same_survivors_as_the_spark_path(spark):
         assert sorted(local_dedup.deduplicate(table, s)["v"].to_pylist()) == by_spark
 
 
-def test_null_key_is_named_with_a_sample_row():
-    table = pa.Table.from_pylist([{"id": 1, "v": "a"}, {"id": None, "v": "oops"}])
-    with pytest.raises(DataShapeError, match=r"1 row\(s\) have NULL in primary_key column 'id', e.g. .*oops"):
+def test_null_key_is_named_by_its_position_never_its_other_values():
+    table = pa.Table.from_pylist([{"id": 1, "v": "a"}, {"id": None, "v": "personal"}])
+    with pytest.raises(DataShapeError, match=r"1 row\(s\) have NULL in primary_key column 'id', e.g. row 1 ") as e:
         local_dedup.deduplicate(table, spec())
+    assert "personal" not in str(e.value)
 
 
 def test_covers_only_one_row_per_key_strategies():

@@ -168,7 +168,8 @@ def test_null_key_is_rejected_before_anything_is_written(spark, strategy, keys, 
     with pytest.raises(DataShapeError) as raised:
         run_merge(spark, spec, fields, rows)
     message = str(raised.value)
-    assert repr(bad) in message and "no key" in message and "1 row(s)" in message
+    assert repr(bad) in message and f"{bad!r}: None" in message and "1 row(s)" in message
+    assert "no key" not in message  # the row's key columns only, never its other values
     assert table_rows(spark, spec.table, drop=()) == before
 
 

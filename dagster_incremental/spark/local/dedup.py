@@ -104,7 +104,7 @@ def survivors(table: pa.Table, spec: WriteSpec) -> np.ndarray | None:
         nulls = table[name].null_count
         if nulls:
             first = int(pc.indices_nonzero(table[name].is_null())[0].as_py())
-            sample = repr(table.slice(first, 1).to_pylist()[0])
+            sample = f"row {first} of the batch, key {table.select(keys).slice(first, 1).to_pylist()[0]}"
             raise DataShapeError(null_key_message(spec.table, nulls, "primary_key", name, sample))
     if table.num_rows < 2 or _unique(table, keys):
         return None

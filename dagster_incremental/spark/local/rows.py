@@ -45,6 +45,7 @@ class LocalRows:
     # -- filling ---------------------------------------------------------------------------------
 
     def add(self, table: pa.Table) -> None:
+        table = _micro_timestamps(table)
         self._pending.append(table)
         self._pending_bytes += table.nbytes
         if self._pending_bytes >= self._spill_bytes:
@@ -166,3 +167,14 @@ class LocalRows:
             for f in schema
         ]
         return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _micro_timestamps(table: pa.Table) -> pa.Table:
+    """Nanosecond timestamp columns (pandas' default) in microseconds, finer digits dropped, as
+    the cursor keys them: the table can hold no finer, and a raw cast would refuse the rows."""
+    from dagster_incremental.cursor.values import timestamps_in_micros
+
+    for index, field in enumerate(table.schema):
+        if pa.types.is_timestamp(field.type) and field.type.unit == "ns":
+            table = table.set_column(index, field.name, timestamps_in_micros(table.column(index)))
+    return table

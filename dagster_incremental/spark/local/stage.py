@@ -68,9 +68,10 @@ def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
 
 def _not_a_row(asset: str, value: Any, inside_page: bool = False) -> str:
     where = "a page (list) holding" if inside_page else "a"
-    shown = repr(value)
-    if len(shown) > 120:
-        shown = shown[:117] + "..."
+    if isinstance(value, (str, bytes, int, float)):  # a stray value: quoted, cut short
+        shown = repr(value) if len(repr(value)) <= 120 else repr(value)[:117] + "..."
+    else:  # a row of another shape (a tuple, an object): never quoted, it may hold personal data
+        shown = f"{len(value)} values" if hasattr(value, "__len__") else "not a row"
     return (
         f"asset {asset!r}: the function yielded {where} {type(value).__name__} ({shown}); yield dict rows, "
         "lists of dict rows, pyarrow Tables, pandas DataFrames or a pyspark DataFrame"

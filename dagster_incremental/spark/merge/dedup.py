@@ -49,7 +49,8 @@ def check_no_null_keys(
 ) -> None:
     """Raise DataShapeError for a NULL in any key column; one aggregate job for all columns.
 
-    `shown` are the columns of the sample row put in the message (the user's columns).
+    `shown` are the user's columns: of them, the sample row's key columns are put in the message
+    (never its other columns: rows hold personal data).
 
     A NULL key never equals anything in SQL: the row would neither replace nor delete its old
     version, so the table would silently grow duplicates. dlt rejects it at normalize; so do we.
@@ -57,7 +58,7 @@ def check_no_null_keys(
     checked = list(dict.fromkeys(name for names in roles.values() for name in names))
     if not checked:
         return
-    whole_row = F.struct(*(c(name) for name in shown))
+    whole_row = F.struct(*(c(name) for name in checked if name in shown))
     aggregates = []
     for i, name in enumerate(checked):
         aggregates.append(F.sum(c(name).isNull().cast("long")).alias(f"n{i}"))
@@ -67,7 +68,7 @@ def check_no_null_keys(
         nulls = result[f"n{i}"] or 0
         if nulls:
             role = next(r for r, names in roles.items() if name in names)
-            sample = repr(result[f"r{i}"].asDict(recursive=True))
+            sample = f"key {result[f'r{i}'].asDict(recursive=True)}"
             raise DataShapeError(null_key_message(spec.table, nulls, role, name, sample))
 
 
