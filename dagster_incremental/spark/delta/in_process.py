@@ -20,6 +20,7 @@ installed. The Spark path evolves schemas and runs every other strategy.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import pyarrow as pa
@@ -110,6 +111,17 @@ def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time
             raise _CreatedByAnother() from exc
         raise
     return _result(pending, None)
+
+
+def may_take(spec: WriteSpec) -> bool:
+    """Whether delta-rs may commit this write (the batch decides the rest): then a run does not
+    start Spark ahead of its commit, which would cost a JVM it likely never uses."""
+    if importlib.util.find_spec("deltalake") is None or spec.partition_by or spec.table_properties:
+        return False
+    if spec.disposition == "append":
+        return True
+    return (spec.disposition == "merge" and spec.merge_strategy == "upsert" and spec.keyed
+            and not spec.delete_missing and spec.hard_delete_column is None)
 
 
 def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:

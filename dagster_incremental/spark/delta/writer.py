@@ -8,7 +8,7 @@ spark/merge and spark/window_replace, written against the table's path."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import CursorGuard
+from dagster_incremental.spark.commit import CursorGuard, case_sensitive
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
@@ -60,10 +60,30 @@ def _keeps_types(plan: SchemaPlan, table_schema: T.StructType) -> None:
 
 
 class DeltaWriter:
-    """Writes one run's batch to its Delta table (`spec.table.location`) in one commit."""
+    """Writes one run's batch to its Delta table (`spec.table.location`) in one commit.
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+    Args:
+        spark: the session, or a function building it: a batch delta-rs commits needs no JVM,
+            so the session is built only when a Spark statement runs.
+        settings: the flat conf the session is built from, read instead of the session's own
+            (time zone, case sensitivity) so that no JVM starts for them.
+    """
+
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], settings: Mapping[str, str] | None = None) -> None:
+        self._spark = spark
+        self._settings = settings
+
+    @property
+    def spark(self) -> SparkSession:
+        if not isinstance(self._spark, SparkSession):
+            self._spark = self._spark()
+        return self._spark
+
+    def _setting(self, key: str, default: str) -> str:
+        """A session setting, from the conf it is built from when given (no JVM started)."""
+        if self._settings is not None:
+            return str(self._settings.get(key, default))
+        return str(self.spark.conf.get(key, default))
 
     def write(
         self,
@@ -80,7 +100,7 @@ class DeltaWriter:
         """As TableWriter.write, on Delta (raises StaleCursor or BaseMoved under a guard). On S3
         the whole write holds the table's commit lease: its cursor check, schema change and commit."""
         assert spec.table.location is not None, "a Delta table has a location"
-        pending = DeltaCommit.open(self.spark, spec, commit, run_started_at, guard)
+        pending = DeltaCommit.open(case_sensitive(self._setting), spec, commit, run_started_at, guard)
         with commit_lease(spec.table.location, spec.table.display):
             return self._write(pending, batch, window, full_refresh, deduplicated)
 
@@ -88,7 +108,7 @@ class DeltaWriter:
                deduplicated: bool) -> WriteResult:
         local = as_local(batch)
         if local is not None and window is None and not full_refresh:
-            time_zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
+            time_zone = self._setting("spark.sql.session.timeZone", "UTC")
             done = write_in_process(pending, local, deduplicated=deduplicated, time_zone=time_zone)
             if done is not None:
                 return done
