@@ -20,6 +20,7 @@ from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
 from dagster_incremental.spark.commit import CursorGuard, case_sensitive
 from dagster_incremental.spark.delta import figures
+from dagster_incremental.spark.delta.column_mapping import PROPERTIES, mapped, needs_mapping, with_mapping
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
 from dagster_incremental.spark.delta.s3_lease import commit_lease
@@ -126,7 +127,7 @@ class DeltaWriter:
                 exists = True  # another run created it first: write into it as usual
         create = None if exists else (lambda schema: self._create_empty(pending, schema))
         table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create,
-                                             check=_keeps_types)
+                                             check=self._fit_check(pending))
         if window is not None:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema)
@@ -150,6 +151,7 @@ class DeltaWriter:
         if replace:  # Delta replaces a table at a path through an overwrite that may change its schema
             write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
             self._clauses(pending.spec, schema)  # refuses a partition transform before anything is written
+            self._map_columns_for(pending, schema.fieldNames())
             parts = [f.column for f in parse_partition_spec(pending.spec.partition_by, schema.fieldNames())]
             made = pending.advancing().run(spark, lambda: write.partitionBy(*parts).save(table.location))
             return figures.result(spark, pending, made, deleted=previous)
@@ -183,11 +185,28 @@ class DeltaWriter:
         text = "USING delta"
         if fields:
             text += f" PARTITIONED BY ({', '.join(f.sql() for f in fields)})"
-        if spec.table_properties:
-            rendered = ", ".join(f"{string_literal(self.spark, str(k))} = {string_literal(self.spark, str(v))}"
-                                 for k, v in spec.table_properties.items())
-            text += f" TBLPROPERTIES ({rendered})"
+        properties = with_mapping({str(k): str(v) for k, v in spec.table_properties.items()}, schema.fieldNames())
+        if properties:
+            text += f" TBLPROPERTIES ({self._properties(properties)})"
         return text
+
+    def _properties(self, properties: Mapping[str, str]) -> str:
+        return ", ".join(f"{string_literal(self.spark, k)} = {string_literal(self.spark, v)}" for k, v in properties.items())
+
+    def _map_columns_for(self, pending: DeltaCommit, names: Sequence[str]) -> None:
+        """Turn on column mapping on the existing table before a change that brings a column
+        name Delta takes only under it (its own commit, as an ALTER is; no rows change)."""
+        version = pending.log.current_version()
+        if not needs_mapping(names) or version is None or mapped(pending.log.configuration(version)):
+            return
+        self.spark.sql(f"ALTER TABLE {pending.table.sql} SET TBLPROPERTIES ({self._properties(PROPERTIES)})")
+
+    def _fit_check(self, pending: DeltaCommit) -> Callable[[SchemaPlan, T.StructType], None]:
+        """Before the schema's ALTERs: refuse a type change, map columns a new name needs."""
+        def check(plan: SchemaPlan, table_schema: T.StructType) -> None:
+            _keeps_types(plan, table_schema)
+            self._map_columns_for(pending, [f.name for f in plan.add])
+        return check
 
     # -- dispositions ------------------------------------------------------------------------------
 
