@@ -293,3 +293,50 @@ def test_columns_with_spaces_and_punctuation_load_change_and_evolve_under_column
     assert {r["id"]: (r["order id"], r["a,b"], r["x(y)"], r["k=v"], r["new (col)"]) for r in read.to_pylist()} == got
     assert DeltaTable(table.location).history(1)[0]["userMetadata"] == \
         spark.sql(f"DESCRIBE HISTORY {table.sql} LIMIT 1").first().userMetadata
+
+
+def test_a_changes_chain_and_a_full_refresh_of_a_table_with_odd_column_names(spark, spark_warehouse, instance, tmp_path):
+    """An upstream whose columns need column mapping: its downstream reads only the changed rows
+    (the change read picks the files, Spark maps the names), and a full refresh of the upstream
+    (an overwrite of the mapped table) reaches the downstream as the rows it changed."""
+    from dagster_incremental import Changes
+
+    catalog = delta_catalog(spark_warehouse)
+    namespace = "t_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    source = [{"id": i, "order id": f"o{i}", "x(y)": i * 10, "updated_at": iso(i)} for i in range(1, 4)]
+    received = []
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=str(config))
+    def odd_orders(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=str(config))
+    def odd_mirror(odd_orders: Changes):
+        received.append((odd_orders.kind, sorted((r["id"], r["order id"], r["_change_type"]) for r in odd_orders.df.collect())))
+        return odd_orders.upserts()
+
+    def run(**refresh) -> None:
+        run_config = {**QUIET, "ops": {"odd_orders": {"config": {"full_refresh": True}}}} if refresh else QUIET
+        assert dg.materialize([odd_orders, odd_mirror], instance=instance, resources={"io_manager": io},
+                              run_config=run_config).success
+
+    def mirror() -> list[tuple]:
+        return sorted((r["id"], r["order id"], r["x(y)"]) for r in spark.table(io.table_name(dg.AssetKey("odd_mirror")).sql).collect())
+
+    run()
+    source[:] = [{"id": 2, "order id": "o2b", "x(y)": 21, "updated_at": iso(5)}, {"id": 4, "order id": "o4", "x(y)": 40, "updated_at": iso(6)}]
+    run()
+    assert received[-1][0] == "changes"
+    assert [(i, name) for i, name, kind in received[-1][1] if kind != "DELETE"] == [(2, "o2b"), (4, "o4")]
+    assert mirror() == [(1, "o1", 10), (2, "o2b", 21), (3, "o3", 30), (4, "o4", 40)]
+    source[:] = [{"id": 1, "order id": "o1", "x(y)": 11, "updated_at": iso(1)}, {"id": 2, "order id": "o2b", "x(y)": 21, "updated_at": iso(5)},
+                 {"id": 3, "order id": "o3", "x(y)": 30, "updated_at": iso(3)}, {"id": 4, "order id": "o4", "x(y)": 40, "updated_at": iso(6)}]
+    run(refresh=True)
+    assert sorted((r["id"], r["x(y)"]) for r in spark.table(io.table_name(dg.AssetKey("odd_orders")).sql).collect()) == \
+        [(1, 11), (2, 21), (3, 30), (4, 40)]
+    assert mirror() == [(1, "o1", 11), (2, "o2b", 21), (3, "o3", 30), (4, "o4", 40)]
