@@ -340,3 +340,35 @@ def test_a_changes_chain_and_a_full_refresh_of_a_table_with_odd_column_names(spa
     assert sorted((r["id"], r["x(y)"]) for r in spark.table(io.table_name(dg.AssetKey("odd_orders")).sql).collect()) == \
         [(1, 11), (2, 21), (3, 30), (4, 40)]
     assert mirror() == [(1, "o1", 11), (2, "o2b", 21), (3, "o3", 30), (4, "o4", 40)]
+
+
+@pytest.mark.parametrize("disposition, strategy, window, expected", [
+    ("merge", "delete-insert", False, {1: "o1", 2: "o2b", 3: "o3"}),
+    ("merge", "insert-only", False, {1: "o1", 2: "o2", 3: "o3"}),
+    ("merge", "scd2", False, {2: "o2b", 3: "o3"}),  # the active versions
+    ("replace", None, False, {2: "o2b", 3: "o3"}),
+    ("append", None, True, {1: "o1", 2: "o2b", 3: "o3"}),  # the window [2, 4) of x(y) replaced
+], ids=["delete-insert", "insert-only", "scd2", "replace", "window-replace"])
+def test_every_spark_write_of_a_table_with_odd_column_names(spark, delta_table, disposition, strategy, window, expected):
+    """Each of Spark's Delta statements (the strategies' MERGE, INSERT OVERWRITE, the window
+    replace on a column named `x(y)`) writes a column-mapped table under the batch's names."""
+    from dagster_incremental.spark.write_spec import WindowReplace
+
+    spec = WriteSpec(table=delta_table, disposition=disposition, strategy=strategy,
+                     primary_key=("id",) if strategy else (), table_format="delta")
+    writer = DeltaWriter(spark)
+
+    def batch(*rows: tuple[int, str]) -> pa.Table:
+        return pa.Table.from_pylist([{"id": i, "order id": name, "x(y)": i} for i, name in rows])
+
+    writer.write(spec, batch((1, "o1"), (2, "o2")), commit=CommitInfo(state={"last_value": 1}))
+    writer.write(spec, batch((2, "o2b"), (3, "o3")), commit=CommitInfo(state={"last_value": 2}),
+                 window=WindowReplace("x(y)", 2, 4) if window else None)
+    frame = spark.table(delta_table.sql)
+    if strategy == "scd2":
+        assert frame.count() == 4  # o1 and o2 retired, o2b and o3 active
+        frame = frame.where("_valid_to IS NULL")
+    assert {r["id"]: r["order id"] for r in frame.collect()} == expected
+    assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 2}
+    assert DeltaLog(delta_table.location).configuration(DeltaLog(delta_table.location).current_version())[
+        "delta.columnMapping.mode"] == "name"
