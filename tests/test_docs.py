@@ -266,7 +266,7 @@ def _script_name(block: Block, n: int) -> str:
 
 @pytest.mark.parametrize("page", RUN_AS_WRITTEN, ids=lambda p: p.name)
 def test_the_page_runs_as_written_in_a_fresh_folder(page, tmp_path):
-    pytest.importorskip("deltalake")
+    import deltalake  # noqa: F401  (the dev extra has it; a missing one fails here, not silently)
     configs, scripts = _config_blocks(page), [b for b in PYTHON if b.page == page and not b.not_run]
     assert configs and scripts, f"{page.name}: nothing to run"
     (tmp_path / "config").mkdir()

@@ -218,7 +218,7 @@ DELTA_RUNS = textwrap.dedent(
 
 
 def test_a_delta_change_run_committed_by_delta_rs_starts_no_jvm_in_a_fresh_process(tmp_path):
-    pytest.importorskip("deltalake")
+    import deltalake  # noqa: F401  (the dev extra has it; a missing one fails here, not silently)
     config = tmp_path / "config.toml"
     config.write_text(
         f'[destination]\nformat = "delta"\nnamespace = "fresh"\nwarehouse = "{tmp_path / "delta"}"\n\n'
