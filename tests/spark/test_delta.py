@@ -372,3 +372,21 @@ def test_every_spark_write_of_a_table_with_odd_column_names(spark, delta_table, 
     assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 2}
     assert DeltaLog(delta_table.location).configuration(DeltaLog(delta_table.location).current_version())[
         "delta.columnMapping.mode"] == "name"
+
+
+@pytest.mark.parametrize("full_refresh", [False, True], ids=["new-column", "full-refresh"])
+def test_a_plain_table_is_switched_to_column_mapping_before_an_odd_column_arrives(spark, delta_table, full_refresh):
+    """A table created with plain names, then a batch bringing `new col`: the table is switched to
+    column mapping (its own commit, no rows changed) and the column added, its rows and cursor
+    committed; the rows written before read as they were."""
+    spec = WriteSpec(table=delta_table, disposition="append", table_format="delta")
+    writer = DeltaWriter(spark)
+    writer.write(spec, pa.Table.from_pylist([{"id": 1, "name": "a"}]), commit=CommitInfo(state={"last_value": 1}))
+    assert "delta.columnMapping.mode" not in DeltaLog(delta_table.location).configuration(0)
+    writer.write(spec, pa.Table.from_pylist([{"id": 2, "name": "b", "new col": "n"}]),
+                 commit=CommitInfo(state={"last_value": 2}), full_refresh=full_refresh)
+    got = sorted((r["id"], r["name"], r["new col"]) for r in spark.table(delta_table.sql).collect())
+    assert got == ([(2, "b", "n")] if full_refresh else [(1, "a", None), (2, "b", "n")])
+    log = DeltaLog(delta_table.location)
+    assert log.configuration(log.current_version())["delta.columnMapping.mode"] == "name"
+    assert log.committed_cursor(None).state == {"last_value": 2}
