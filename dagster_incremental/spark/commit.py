@@ -451,7 +451,12 @@ def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) ->
 # -- the pending commit ---------------------------------------------------------------------------
 
 
-def commit_fields(spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None,
+def case_sensitive(setting: Callable[[str, str], Any]) -> bool:
+    """Whether the session compares column names case-sensitively (`setting`: its conf's get)."""
+    return str(setting("spark.sql.caseSensitive", "false")).lower() == "true"
+
+
+def commit_fields(case_sensitive: bool, spec: WriteSpec, info: CommitInfo, started: datetime | None,
                   guard: CursorGuard | None) -> dict[str, Any]:
     """What every format's commit starts with: a fresh id, the properties it carries (state
     validated), the run's start, the session's case sensitivity and the guard."""
@@ -461,7 +466,7 @@ def commit_fields(spark: SparkSession, spec: WriteSpec, info: CommitInfo, starte
         "commit_id": commit_id,
         "properties": commit_properties(info, commit_id=commit_id),
         "started": started or datetime.now(timezone.utc),
-        "case_sensitive": str(spark.conf.get("spark.sql.caseSensitive", "false")).lower() == "true",
+        "case_sensitive": case_sensitive,
         "guard": guard,
     }
 
@@ -486,7 +491,7 @@ class PendingCommit:
     ) -> PendingCommit:
         """The commit about to be made on the table as it is now (its state validated first)."""
         return cls(
-            **commit_fields(spark, spec, info, started, guard),
+            **commit_fields(case_sensitive(spark.conf.get), spec, info, started, guard),
             branch=new_branch_name() if guard is not None else "",
             iceberg=_refreshed_table(spark, spec.table),
         )

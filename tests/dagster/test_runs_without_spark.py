@@ -4,6 +4,11 @@ JVM costs seconds)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import uuid
 
 import dagster as dg
@@ -156,3 +161,87 @@ def test_the_example_scd2_asset_reads_a_snapshot_and_does_not_warn():
 
     settings = incremental_settings(customers)
     assert settings.strategy == "scd2" and not settings.cursors and settings.warnings() == []
+
+
+# A fresh process, as Dagster's run launcher starts one: a Delta table's first load and a change
+# run of local rows, both committed by delta-rs. Neither may start Spark, not even "in the
+# background" while the function extracts: a JVM nobody uses costs the run seconds and memory.
+DELTA_RUNS = textwrap.dedent(
+    """
+    import json, os, sys
+    import dagster as dg
+    import dagster_incremental.spark.session as session
+    from dagster_incremental import Incremental, SparkTableIOManager, incremental_asset
+
+    built = []
+    real_build = session.build_spark_session
+    session.build_spark_session = lambda conf: built.append(1) or real_build(conf)
+    config = sys.argv[1]
+    source = {"rows": [{"id": i, "updated_at": f"2024-01-0{i}T00:00:00Z"} for i in range(1, 4)]}
+
+    @incremental_asset(config_path=config)
+    def orders(updated_at: Incremental):
+        yield from source["rows"]
+
+    def java_descendants():
+        children, found = {}, []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+            except OSError:
+                continue
+            children.setdefault(int(stat[1]), []).append((int(pid), cmd))
+        todo = [os.getpid()]
+        while todo:
+            for pid, cmd in children.get(todo.pop(), []):
+                todo.append(pid)
+                found += [cmd] if "java" in cmd else []
+        return found
+
+    out = []
+    instance = dg.DagsterInstance.ephemeral()
+    for rows in (None, [{"id": 2, "updated_at": "2024-01-05T00:00:00Z"}, {"id": 4, "updated_at": "2024-01-06T00:00:00Z"}]):
+        source["rows"] = rows or source["rows"]
+        io = SparkTableIOManager.from_config(config)
+        result = dg.materialize([orders], instance=instance, resources={"io_manager": io})
+        meta = result.asset_materializations_for_node("orders")[0].metadata
+        out.append({k: meta[k].value for k in ("dagster/row_count", "dagster_incremental/rows_inserted",
+                                                 "dagster_incremental/rows_updated")}
+                   | {"last_value": meta["dagster_incremental/state"].value["last_value"]})
+    from pyspark import SparkContext
+    print(json.dumps({"runs": out, "built": len(built), "context": SparkContext._active_spark_context is not None,
+                      "java": java_descendants(), "pyspark_threads": [t.name for t in __import__("threading").enumerate()
+                                                                       if "spark" in t.name]}))
+    """
+)
+
+
+def test_a_delta_change_run_committed_by_delta_rs_starts_no_jvm_in_a_fresh_process(tmp_path):
+    import deltalake  # noqa: F401  (the dev extra has it; a missing one fails here, not silently)
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[destination]\nformat = "delta"\nnamespace = "fresh"\nwarehouse = "{tmp_path / "delta"}"\n\n'
+        '[assets.orders]\nprimary_key = ["id"]\n'
+        'write_disposition = { disposition = "merge", strategy = "upsert" }\n'
+        '[assets.orders.updated_at]\ncursor_path = "updated_at"\ninitial_value = "2024-01-01T00:00:00Z"\n'
+    )
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", DELTA_RUNS, str(config)], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["runs"] == [
+        {"dagster/row_count": 3, "dagster_incremental/rows_inserted": 3, "dagster_incremental/rows_updated": 0,
+         "last_value": "2024-01-03T00:00:00Z"},
+        {"dagster/row_count": 4, "dagster_incremental/rows_inserted": 1, "dagster_incremental/rows_updated": 1,
+         "last_value": "2024-01-06T00:00:00Z"},
+    ]
+    assert (seen["built"], seen["context"], seen["java"], seen["pyspark_threads"]) == (0, False, [], [])
+    assert "starting Spark" not in proc.stderr
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(tmp_path / "delta" / "fresh" / "orders")).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["updated_at"].isoformat()) for r in rows] == [
+        (1, "2024-01-01T00:00:00+00:00"), (2, "2024-01-05T00:00:00+00:00"), (3, "2024-01-03T00:00:00+00:00"),
+        (4, "2024-01-06T00:00:00+00:00")]

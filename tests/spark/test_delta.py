@@ -235,3 +235,158 @@ def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spa
             cursor = current
             at = spark.read.format("delta").option("versionAsOf", current).load(table.location)
             assert copy == Counter((r["id"], r["amount"]) for r in at.collect()), f"after {ops}"
+
+
+ODD = ("order id", "a,b", "x(y)", "k=v")  # names Delta takes only with column mapping
+
+
+@pytest.mark.parametrize("path", ["delta-rs", "spark"])
+def test_columns_with_spaces_and_punctuation_load_change_and_evolve_under_column_mapping(
+        spark, spark_warehouse, instance, tmp_path, monkeypatch, path):
+    """Column names with a space or `,;{}()=` (Iceberg and delta-rs take them, sources have them):
+    the table is created with Delta's column mapping (name mode), so the first load, an upsert
+    of changes and a new odd column all land, with the cursor, and Spark and delta-rs read the
+    same rows under the source's names."""
+    if path == "spark":
+        delta_by_spark_only(monkeypatch)
+    catalog = delta_catalog(spark_warehouse)
+    namespace = "t_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    source = [{"id": i, **{c: f"{c}{i}" for c in ODD}, "updated_at": iso(i)} for i in range(1, 4)]
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=str(config))
+    def odd_names(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    def run() -> dict:
+        result = dg.materialize([odd_names], instance=instance, resources={"io_manager": io}, run_config=QUIET)
+        meta = result.asset_materializations_for_node("odd_names")[0].metadata
+        return {k: meta[k].value for k in ("dagster/row_count", "dagster_incremental/rows_inserted",
+                                            "dagster_incremental/rows_updated")}
+
+    assert run() == {"dagster/row_count": 3, "dagster_incremental/rows_inserted": 3, "dagster_incremental/rows_updated": 0}
+    table = io.table_name(dg.AssetKey("odd_names"))
+    source[:] = [{"id": 2, **{c: "changed" for c in ODD}, "updated_at": iso(5)},
+                 {"id": 4, **{c: f"{c}4" for c in ODD}, "updated_at": iso(6)}]
+    assert run() == {"dagster/row_count": 4, "dagster_incremental/rows_inserted": 1, "dagster_incremental/rows_updated": 1}
+    source[:] = [{"id": 5, "order id": "o5", "new (col)": "n5", "updated_at": iso(7)}]
+    assert run() == {"dagster/row_count": 5, "dagster_incremental/rows_inserted": 1, "dagster_incremental/rows_updated": 0}
+
+    frame = spark.table(table.sql)
+    assert frame.columns == ["id", *ODD, "updated_at", "new (col)"]
+    got = {r["id"]: (r["order id"], r["a,b"], r["x(y)"], r["k=v"], r["new (col)"]) for r in frame.collect()}
+    assert got == {1: ("order id1", "a,b1", "x(y)1", "k=v1", None), 2: ("changed",) * 4 + (None,),
+                   3: ("order id3", "a,b3", "x(y)3", "k=v3", None), 4: ("order id4", "a,b4", "x(y)4", "k=v4", None),
+                   5: ("o5", None, None, None, "n5")}
+    log = DeltaLog(table.location)
+    assert log.committed_cursor(None).state["last_value"] == iso(7)
+    assert [name for name, _ in log.schema(log.current_version())] == frame.columns
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table.sql}").collect()}
+    assert properties["delta.columnMapping.mode"] == "name"
+    # delta-rs reads it through its query engine (deltalake 1.6's to_pyarrow_table does not map names)
+    from deltalake import DeltaTable, QueryBuilder
+
+    read = pa.table(QueryBuilder().register("t", DeltaTable(table.location)).execute("SELECT * FROM t").read_all())
+    assert {r["id"]: (r["order id"], r["a,b"], r["x(y)"], r["k=v"], r["new (col)"]) for r in read.to_pylist()} == got
+    assert DeltaTable(table.location).history(1)[0]["userMetadata"] == \
+        spark.sql(f"DESCRIBE HISTORY {table.sql} LIMIT 1").first().userMetadata
+
+
+def test_a_changes_chain_and_a_full_refresh_of_a_table_with_odd_column_names(spark, spark_warehouse, instance, tmp_path):
+    """An upstream whose columns need column mapping: its downstream reads only the changed rows
+    (the change read picks the files, Spark maps the names), and a full refresh of the upstream
+    (an overwrite of the mapped table) reaches the downstream as the rows it changed."""
+    from dagster_incremental import Changes
+
+    catalog = delta_catalog(spark_warehouse)
+    namespace = "t_" + uuid.uuid4().hex[:8]
+    config = tmp_path / "config.toml"
+    config.write_text(catalog.config_toml(namespace))
+    io = catalog.io_manager(namespace)
+    source = [{"id": i, "order id": f"o{i}", "x(y)": i * 10, "updated_at": iso(i)} for i in range(1, 4)]
+    received = []
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=str(config))
+    def odd_orders(updated_at: Incremental = incremental("updated_at", initial_value=iso(1))):
+        return list(source)
+
+    @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                       config_path=str(config))
+    def odd_mirror(odd_orders: Changes):
+        received.append((odd_orders.kind, sorted((r["id"], r["order id"], r["_change_type"]) for r in odd_orders.df.collect())))
+        return odd_orders.upserts()
+
+    def run(**refresh) -> None:
+        run_config = {**QUIET, "ops": {"odd_orders": {"config": {"full_refresh": True}}}} if refresh else QUIET
+        assert dg.materialize([odd_orders, odd_mirror], instance=instance, resources={"io_manager": io},
+                              run_config=run_config).success
+
+    def mirror() -> list[tuple]:
+        return sorted((r["id"], r["order id"], r["x(y)"]) for r in spark.table(io.table_name(dg.AssetKey("odd_mirror")).sql).collect())
+
+    run()
+    source[:] = [{"id": 2, "order id": "o2b", "x(y)": 21, "updated_at": iso(5)}, {"id": 4, "order id": "o4", "x(y)": 40, "updated_at": iso(6)}]
+    run()
+    assert received[-1][0] == "changes"
+    assert [(i, name) for i, name, kind in received[-1][1] if kind != "DELETE"] == [(2, "o2b"), (4, "o4")]
+    assert mirror() == [(1, "o1", 10), (2, "o2b", 21), (3, "o3", 30), (4, "o4", 40)]
+    source[:] = [{"id": 1, "order id": "o1", "x(y)": 11, "updated_at": iso(1)}, {"id": 2, "order id": "o2b", "x(y)": 21, "updated_at": iso(5)},
+                 {"id": 3, "order id": "o3", "x(y)": 30, "updated_at": iso(3)}, {"id": 4, "order id": "o4", "x(y)": 40, "updated_at": iso(6)}]
+    run(refresh=True)
+    assert sorted((r["id"], r["x(y)"]) for r in spark.table(io.table_name(dg.AssetKey("odd_orders")).sql).collect()) == \
+        [(1, 11), (2, 21), (3, 30), (4, 40)]
+    assert mirror() == [(1, "o1", 11), (2, "o2b", 21), (3, "o3", 30), (4, "o4", 40)]
+
+
+@pytest.mark.parametrize("disposition, strategy, window, expected", [
+    ("merge", "delete-insert", False, {1: "o1", 2: "o2b", 3: "o3"}),
+    ("merge", "insert-only", False, {1: "o1", 2: "o2", 3: "o3"}),
+    ("merge", "scd2", False, {2: "o2b", 3: "o3"}),  # the active versions
+    ("replace", None, False, {2: "o2b", 3: "o3"}),
+    ("append", None, True, {1: "o1", 2: "o2b", 3: "o3"}),  # the window [2, 4) of x(y) replaced
+], ids=["delete-insert", "insert-only", "scd2", "replace", "window-replace"])
+def test_every_spark_write_of_a_table_with_odd_column_names(spark, delta_table, disposition, strategy, window, expected):
+    """Each of Spark's Delta statements (the strategies' MERGE, INSERT OVERWRITE, the window
+    replace on a column named `x(y)`) writes a column-mapped table under the batch's names."""
+    from dagster_incremental.spark.write_spec import WindowReplace
+
+    spec = WriteSpec(table=delta_table, disposition=disposition, strategy=strategy,
+                     primary_key=("id",) if strategy else (), table_format="delta")
+    writer = DeltaWriter(spark)
+
+    def batch(*rows: tuple[int, str]) -> pa.Table:
+        return pa.Table.from_pylist([{"id": i, "order id": name, "x(y)": i} for i, name in rows])
+
+    writer.write(spec, batch((1, "o1"), (2, "o2")), commit=CommitInfo(state={"last_value": 1}))
+    writer.write(spec, batch((2, "o2b"), (3, "o3")), commit=CommitInfo(state={"last_value": 2}),
+                 window=WindowReplace("x(y)", 2, 4) if window else None)
+    frame = spark.table(delta_table.sql)
+    if strategy == "scd2":
+        assert frame.count() == 4  # o1 and o2 retired, o2b and o3 active
+        frame = frame.where("_valid_to IS NULL")
+    assert {r["id"]: r["order id"] for r in frame.collect()} == expected
+    assert DeltaLog(delta_table.location).committed_cursor(None).state == {"last_value": 2}
+    assert DeltaLog(delta_table.location).configuration(DeltaLog(delta_table.location).current_version())[
+        "delta.columnMapping.mode"] == "name"
+
+
+@pytest.mark.parametrize("full_refresh", [False, True], ids=["new-column", "full-refresh"])
+def test_a_plain_table_is_switched_to_column_mapping_before_an_odd_column_arrives(spark, delta_table, full_refresh):
+    """A table created with plain names, then a batch bringing `new col`: the table is switched to
+    column mapping (its own commit, no rows changed) and the column added, its rows and cursor
+    committed; the rows written before read as they were."""
+    spec = WriteSpec(table=delta_table, disposition="append", table_format="delta")
+    writer = DeltaWriter(spark)
+    writer.write(spec, pa.Table.from_pylist([{"id": 1, "name": "a"}]), commit=CommitInfo(state={"last_value": 1}))
+    assert "delta.columnMapping.mode" not in DeltaLog(delta_table.location).configuration(0)
+    writer.write(spec, pa.Table.from_pylist([{"id": 2, "name": "b", "new col": "n"}]),
+                 commit=CommitInfo(state={"last_value": 2}), full_refresh=full_refresh)
+    got = sorted((r["id"], r["name"], r["new col"]) for r in spark.table(delta_table.sql).collect())
+    assert got == ([(2, "b", "n")] if full_refresh else [(1, "a", None), (2, "b", "n")])
+    log = DeltaLog(delta_table.location)
+    assert log.configuration(log.current_version())["delta.columnMapping.mode"] == "name"
+    assert log.committed_cursor(None).state == {"last_value": 2}

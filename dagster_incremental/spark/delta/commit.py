@@ -60,9 +60,9 @@ class DeltaCommit:
     made_commits: list[Commit] = dataclasses.field(default_factory=list)  # what `run` committed
 
     @classmethod
-    def open(cls, spark: Any, spec: WriteSpec, info: CommitInfo, started: datetime | None,
+    def open(cls, case_sensitive: bool, spec: WriteSpec, info: CommitInfo, started: datetime | None,
              guard: CursorGuard | None) -> DeltaCommit:
-        return cls(**commit_fields(spark, spec, info, started, guard))
+        return cls(**commit_fields(case_sensitive, spec, info, started, guard))
 
     @property
     def table(self) -> TableRef:

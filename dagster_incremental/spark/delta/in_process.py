@@ -12,14 +12,15 @@ left out), and a run that loses the race to create it writes into the winner's t
 Spark path does. On S3 it runs under the table's commit lease, as every write does.
 
 Taken for: an append, and an upsert whose batch is already one row per key and has no
-tombstones, into an unpartitioned table without table properties (new, or existing with columns
-the batch fits without a change); an upsert into an existing table of at most MAX_MERGE_ROWS
+tombstones, into an unpartitioned table without table properties or column mapping (new, or
+existing with columns the batch fits without a change); an upsert into an existing table of at most MAX_MERGE_ROWS
 held in memory (not spilled), when delta-rs (`deltalake`, the `delta` extra) is
 installed. The Spark path evolves schemas and runs every other strategy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import pyarrow as pa
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.spark.commit import BaseMoved
+from dagster_incremental.spark.delta.column_mapping import mapped, needs_mapping
 from dagster_incremental.spark.delta.commit import APP_ID, DeltaCommit
 from dagster_incremental.spark.delta.log import Commit
 from dagster_incremental.spark.delta.storage import on_s3, s3_settings
@@ -62,6 +64,9 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
             pass  # written into as usual: the cursor check decides
     if spec.disposition == "merge" and (rows.spilled or rows.num_rows > MAX_MERGE_ROWS):
         return None
+    current = pending.log.current_version()
+    if current is not None and mapped(pending.log.configuration(current)):
+        return None  # column mapping: Spark writes the files under the physical names
     try:
         target = DeltaTable(spec.table.location, storage_options=options)
     except Exception:  # noqa: BLE001 - a table delta-rs cannot open: Spark writes it
@@ -89,8 +94,8 @@ def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time
 
     spec, location = pending.spec, pending.spec.table.location
     assert location is not None, "a Delta table has a location"
-    if spec.table_properties:
-        return None
+    if spec.table_properties or needs_mapping(rows.column_names):
+        return None  # Spark creates it (with column mapping when its names need it)
     schema, untyped = creatable_schema(spec.table, spark_schema_of_arrow(rows.schema))
     try:
         table_schema = pa.schema(Schema.from_json(schema.json()).to_arrow())
@@ -110,6 +115,17 @@ def _create(pending: DeltaCommit, rows: LocalRows, options: dict[str, str], time
             raise _CreatedByAnother() from exc
         raise
     return _result(pending, None)
+
+
+def may_take(spec: WriteSpec) -> bool:
+    """Whether delta-rs may commit this write (the batch decides the rest): then a run does not
+    start Spark ahead of its commit, which would cost a JVM it likely never uses."""
+    if importlib.util.find_spec("deltalake") is None or spec.partition_by or spec.table_properties:
+        return False
+    if spec.disposition == "append":
+        return True
+    return (spec.disposition == "merge" and spec.merge_strategy == "upsert" and spec.keyed
+            and not spec.delete_missing and spec.hard_delete_column is None)
 
 
 def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:

@@ -160,6 +160,18 @@ class DeltaLog:
                 return tuple((f.name, f.dataType.simpleString()) for f in fields)
         return None
 
+    def configuration(self, version: int) -> dict[str, str] | None:
+        """The table's properties at `version` (its newest metaData action's configuration);
+        None when only a checkpoint holds it or the log no longer reaches it."""
+        for v in range(version, -1, -1):
+            actions = self.actions(v)
+            if actions is None:
+                return None
+            found = next((a["metaData"] for a in actions if "metaData" in a), None)
+            if found is not None:
+                return {str(k): str(v) for k, v in (found.get("configuration") or {}).items()}
+        return None
+
     def _checkpoint_files(self, version: int) -> tuple[dict[str, dict[str, Any]], int]:
         """({file: add action} of the newest single-file checkpoint at or before `version`, the
         first version after it); ({}, 0) without one."""

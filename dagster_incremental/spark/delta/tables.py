@@ -48,7 +48,7 @@ class DeltaTables(TableService):
     def writer(self) -> Any:
         from dagster_incremental.spark.delta.writer import DeltaWriter
 
-        return DeltaWriter(self.spark)
+        return DeltaWriter(lambda: self.spark, settings=self.conf)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -95,6 +95,12 @@ class DeltaTables(TableService):
         from dagster_incremental.spark.statistics import pairing_key
 
         return figures.window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec))
+
+    def _python_may_commit(self, spec: WriteSpec, files: Any = None) -> bool:
+        """Whether delta-rs may commit local rows of this write in the run's process."""
+        from dagster_incremental.spark.delta.in_process import may_take
+
+        return may_take(spec)
 
     # -- writing -----------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ spark/merge and spark/window_replace, written against the table's path."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +18,9 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import CursorGuard
+from dagster_incremental.spark.commit import CursorGuard, case_sensitive
 from dagster_incremental.spark.delta import figures
+from dagster_incremental.spark.delta.column_mapping import PROPERTIES, mapped, needs_mapping, with_mapping
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
 from dagster_incremental.spark.delta.s3_lease import commit_lease
@@ -60,10 +61,30 @@ def _keeps_types(plan: SchemaPlan, table_schema: T.StructType) -> None:
 
 
 class DeltaWriter:
-    """Writes one run's batch to its Delta table (`spec.table.location`) in one commit."""
+    """Writes one run's batch to its Delta table (`spec.table.location`) in one commit.
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+    Args:
+        spark: the session, or a function building it: a batch delta-rs commits needs no JVM,
+            so the session is built only when a Spark statement runs.
+        settings: the flat conf the session is built from, read instead of the session's own
+            (time zone, case sensitivity) so that no JVM starts for them.
+    """
+
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], settings: Mapping[str, str] | None = None) -> None:
+        self._spark = spark
+        self._settings = settings
+
+    @property
+    def spark(self) -> SparkSession:
+        if not isinstance(self._spark, SparkSession):
+            self._spark = self._spark()
+        return self._spark
+
+    def _setting(self, key: str, default: str) -> str:
+        """A session setting, from the conf it is built from when given (no JVM started)."""
+        if self._settings is not None:
+            return str(self._settings.get(key, default))
+        return str(self.spark.conf.get(key, default))
 
     def write(
         self,
@@ -80,7 +101,7 @@ class DeltaWriter:
         """As TableWriter.write, on Delta (raises StaleCursor or BaseMoved under a guard). On S3
         the whole write holds the table's commit lease: its cursor check, schema change and commit."""
         assert spec.table.location is not None, "a Delta table has a location"
-        pending = DeltaCommit.open(self.spark, spec, commit, run_started_at, guard)
+        pending = DeltaCommit.open(case_sensitive(self._setting), spec, commit, run_started_at, guard)
         with commit_lease(spec.table.location, spec.table.display):
             return self._write(pending, batch, window, full_refresh, deduplicated)
 
@@ -88,7 +109,7 @@ class DeltaWriter:
                deduplicated: bool) -> WriteResult:
         local = as_local(batch)
         if local is not None and window is None and not full_refresh:
-            time_zone = str(self.spark.conf.get("spark.sql.session.timeZone"))
+            time_zone = self._setting("spark.sql.session.timeZone", "UTC")
             done = write_in_process(pending, local, deduplicated=deduplicated, time_zone=time_zone)
             if done is not None:
                 return done
@@ -106,7 +127,7 @@ class DeltaWriter:
                 exists = True  # another run created it first: write into it as usual
         create = None if exists else (lambda schema: self._create_empty(pending, schema))
         table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create,
-                                             check=_keeps_types)
+                                             check=self._fit_check(pending))
         if window is not None:
             return self._replace_window(pending, aligned, table_schema, helpers, window)
         return self._commit(pending, aligned, table_schema)
@@ -130,6 +151,7 @@ class DeltaWriter:
         if replace:  # Delta replaces a table at a path through an overwrite that may change its schema
             write = rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
             self._clauses(pending.spec, schema)  # refuses a partition transform before anything is written
+            self._map_columns_for(pending, schema.fieldNames())
             parts = [f.column for f in parse_partition_spec(pending.spec.partition_by, schema.fieldNames())]
             made = pending.advancing().run(spark, lambda: write.partitionBy(*parts).save(table.location))
             return figures.result(spark, pending, made, deleted=previous)
@@ -163,11 +185,28 @@ class DeltaWriter:
         text = "USING delta"
         if fields:
             text += f" PARTITIONED BY ({', '.join(f.sql() for f in fields)})"
-        if spec.table_properties:
-            rendered = ", ".join(f"{string_literal(self.spark, str(k))} = {string_literal(self.spark, str(v))}"
-                                 for k, v in spec.table_properties.items())
-            text += f" TBLPROPERTIES ({rendered})"
+        properties = with_mapping({str(k): str(v) for k, v in spec.table_properties.items()}, schema.fieldNames())
+        if properties:
+            text += f" TBLPROPERTIES ({self._properties(properties)})"
         return text
+
+    def _properties(self, properties: Mapping[str, str]) -> str:
+        return ", ".join(f"{string_literal(self.spark, k)} = {string_literal(self.spark, v)}" for k, v in properties.items())
+
+    def _map_columns_for(self, pending: DeltaCommit, names: Sequence[str]) -> None:
+        """Turn on column mapping on the existing table before a change that brings a column
+        name Delta takes only under it (its own commit, as an ALTER is; no rows change)."""
+        version = pending.log.current_version()
+        if not needs_mapping(names) or version is None or mapped(pending.log.configuration(version)):
+            return
+        self.spark.sql(f"ALTER TABLE {pending.table.sql} SET TBLPROPERTIES ({self._properties(PROPERTIES)})")
+
+    def _fit_check(self, pending: DeltaCommit) -> Callable[[SchemaPlan, T.StructType], None]:
+        """Before the schema's ALTERs: refuse a type change, map columns a new name needs."""
+        def check(plan: SchemaPlan, table_schema: T.StructType) -> None:
+            _keeps_types(plan, table_schema)
+            self._map_columns_for(pending, [f.name for f in plan.add])
+        return check
 
     # -- dispositions ------------------------------------------------------------------------------
 
