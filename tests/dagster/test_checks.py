@@ -147,6 +147,22 @@ def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp
     assert io.duplicate_keys_without_jvm(table, ["id"], snapshot_id=snapshot, current=None, examples=5) is None  # Spark's
 
 
+def test_a_column_mapped_delta_table_has_its_keys_counted_by_spark(spark, tmp_path):
+    """delta-rs's Arrow reader reads a column-mapped table's columns as NULLs, so the in-process
+    count steps aside for it (None: Spark counts) instead of reporting every key as one NULL key."""
+    from dagster_incremental import SparkTableIOManager
+
+    io = SparkTableIOManager(catalog="lake", namespace="mapped", warehouse=str(tmp_path / "delta"), table_format="delta")
+    table = io.table_name(dg.AssetKey("people"))
+    spark.createDataFrame([(1, "a"), (2, "b")], "`order id` long, name string").write.format("delta").option(
+        "delta.columnMapping.mode", "name").option("delta.minReaderVersion", "2").option(
+        "delta.minWriterVersion", "5").save(table.location)
+    snapshot = io.table_snapshot(table)
+    options = {"snapshot_id": snapshot, "current": None, "examples": 5}
+    assert io.duplicate_keys_without_jvm(table, ["order id"], **options) is None
+    assert io.duplicate_keys(table, ["order id"], **options).count == 0
+
+
 # -- cursor_fresh ---------------------------------------------------------------------------------
 
 

@@ -78,13 +78,17 @@ class DeltaTables(TableService):
 
     def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], *, snapshot_id: int | None,
                                    current: tuple[str, Any] | None, examples: int) -> Any:
-        """As TableService's, read by delta-rs (None without the `delta` extra)."""
+        """As TableService's, read by delta-rs; None (Spark counts) without the `delta` extra,
+        and for a column-mapped table, whose columns delta-rs's Arrow reader reads as NULLs."""
         import importlib.util
 
+        from dagster_incremental.spark.delta.column_mapping import mapped
         from dagster_incremental.spark.delta.in_process import storage_options
         from dagster_incremental.spark.local.key_check import delta_duplicates
 
-        if importlib.util.find_spec("deltalake") is None or _log(table).current_version() is None:
+        log = _log(table)
+        version = log.current_version() if snapshot_id is None else snapshot_id
+        if importlib.util.find_spec("deltalake") is None or version is None or mapped(log.configuration(version)):
             return None
         assert table.location is not None, "a Delta table has a location"
         return delta_duplicates(table.location, keys, snapshot_id=snapshot_id, current=current, examples=examples,
