@@ -9,6 +9,8 @@ the same rows at the same moment:
     RACE_TICK   tick k (k < end) exists from t0 + k * RACE_TICK on
     RACE_CONFIG, RACE_CATALOG (catalogs.to_env), RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
 Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
+
+`assert_only_winners_committed` is what the racing tests check of a raced table's history.
 """
 
 from __future__ import annotations
@@ -68,6 +70,47 @@ def source_rows(strategy: str, ticks: int) -> list[dict]:
 
 def asset_name(strategy: str) -> str:
     return "race_" + strategy.replace("-", "_")
+
+
+def history_commits(spark, table) -> list[tuple[dict[str, str], bool]]:
+    """Every commit that was ever the table's current state, oldest first (Iceberg: the snapshots
+    in main's history; Delta: the versions in the commit log), as (its properties, whether it is
+    the table's first commit and holds no row)."""
+    if table.location is not None:  # Delta
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        log = DeltaLog(table.location)
+        found = [(v, log.commit(v)) for v in log.versions()]
+        return [({**c.properties, "operation": c.operation}, i == 0 and log.row_count(v) == 0)
+                for i, (v, c) in enumerate(found) if c is not None]
+    from dagster_incremental.spark.commit import iceberg_table, java_json
+
+    iceberg = iceberg_table(spark, table)
+    iceberg.refresh()
+    commits = []
+    for i, entry in enumerate(iceberg.history()):
+        snapshot = iceberg.snapshot(entry.snapshotId())
+        summary = java_json(spark._jvm, snapshot.summary())
+        commits.append((summary, i == 0 and snapshot.parentId() is None and summary.get("total-records") == "0"))
+    return commits
+
+
+def assert_only_winners_committed(spark, table, winners: set[str]) -> None:
+    """A run that lost a race wrote nothing: every commit in the table's history carries the
+    cursor of a run that succeeded (`winners`, run ids), each run's once; only the table's first
+    commit may carry none, when it holds no row (an empty table's first snapshot)."""
+    from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, STATE_PROPERTY
+
+    commits = history_commits(spark, table)
+    assert commits, f"{table} has no commit"
+    for i, (props, empty_first) in enumerate(commits):
+        if empty_first and STATE_PROPERTY not in props:
+            continue
+        what = {k: v for k, v in props.items() if k != STATE_PROPERTY}
+        assert STATE_PROPERTY in props, f"commit {i} of {table} carries no cursor: {what}"
+        assert props.get(RUN_ID_PROPERTY) in winners, f"commit {i} of {table} is of a run that failed: {what}"
+    runs = [props.get(RUN_ID_PROPERTY) for props, _ in commits if STATE_PROPERTY in props]
+    assert len(runs) == len(set(runs)), f"a run committed twice to {table}: {runs}"
 
 
 def main() -> int:

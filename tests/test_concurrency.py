@@ -19,6 +19,7 @@ import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
 from attack_support import committed_states, dagster_state, failure_text, io_manager_for, materialize, rows, source_asset, table_id, write_config
+from race_runner import assert_only_winners_committed
 
 pytestmark = pytest.mark.spark
 
@@ -95,3 +96,13 @@ def test_two_processes_on_one_asset_lose_no_cursor_and_double_no_row(strategy, s
     assert again.success, failure_text(again)
     assert rows(spark, io, name, ["id", "amount", "updated"]) == sorted([*expected, (7, 7, 6)], key=repr)
 
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_run_that_lost_or_waited_wrote_nothing_of_its_own(strategy, spark, race):
+    """Every commit in the table's history is a successful run's, each once: the loser (if one
+    lost) left no commit, not even an empty one."""
+    instance, io, *_ = race
+    name = "c_" + strategy
+    winners = {r.run_id for r in instance.fetch_materializations(dg.AssetKey(name), limit=1000).records}
+    assert_only_winners_committed(spark, io.table_name(dg.AssetKey(name)), winners)

@@ -20,8 +20,8 @@ import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
 from attack_support import committed_states, dagster_state, failure_text, rows, scd2_rows, source_asset, table_id
-from catalogs import assert_other_readers_agree, to_env
-from race_runner import STRATEGIES, asset_name, source_rows
+from catalogs import ICEBERG_ONLY, assert_other_readers_agree, to_env
+from race_runner import STRATEGIES, assert_only_winners_committed, asset_name, history_commits, source_rows
 
 pytestmark = pytest.mark.spark
 
@@ -143,6 +143,45 @@ def test_racing_processes_double_and_lose_no_row(strategy, spark, race, catalog)
     assert committed_states(spark, io, name)[-1]["last_value"] == end - 1
     assert_other_readers_agree(catalog, spark, io.table_name(dg.AssetKey(name)))
     assert dagster_state(instance, name)["last_value"] == end - 1
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_run_that_lost_a_race_wrote_nothing(strategy, spark, race):
+    """Not even an empty commit: the table's history is the successful runs' commits alone (a
+    losing run once left an empty snapshot after the winner's on the REST catalog)."""
+    instance, io, *_ = race
+    name = asset_name(strategy)
+    assert_only_winners_committed(spark, io.table_name(dg.AssetKey(name)), _winners(instance, name))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@ICEBERG_ONLY
+def test_expiring_all_but_the_current_snapshot_after_the_race_keeps_the_cursor(strategy, spark, race):
+    """Routine maintenance after the race: the current snapshot is a winner's and carries the
+    cursor, so the next run continues from it and loads nothing twice."""
+    instance, io, assets, full, _, end = race
+    name = asset_name(strategy)
+    table = io.table_name(dg.AssetKey(name))
+    ident = ".".join((*table.namespace, table.name))
+    spark.sql(f"CALL {table.catalog}.system.expire_snapshots(table => '{ident}', "
+              "older_than => TIMESTAMP '9999-12-31 00:00:00', retain_last => 1)")
+    assert len(history_commits(spark, table)) == 1
+    again = dg.materialize([assets[strategy]], instance=instance, resources={"io_manager": io},
+                           run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+                           raise_on_error=False)
+    assert again.success, failure_text(again)
+    if strategy == "scd2":
+        active, _ = scd2_rows(spark, io, name, ["id", "amount", "updated"])
+        assert active == _expected(strategy, full[strategy])
+    else:
+        assert rows(spark, io, name, ["id", "amount", "updated"]) == _expected(strategy, full[strategy])
+    assert committed_states(spark, io, name)[-1]["last_value"] == end - 1
+
+
+def _winners(instance, name: str) -> set[str]:
+    """The runs whose step of the asset succeeded (each recorded a materialization)."""
+    records = instance.fetch_materializations(dg.AssetKey(name), limit=10_000).records
+    return {r.run_id for r in records}
 
 
 def test_the_processes_did_race(race):

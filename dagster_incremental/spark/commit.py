@@ -363,9 +363,8 @@ class RunBranch:
         for _ in range(TAKE_ATTEMPTS):
             base = self._ops.refresh()
             head = base.currentSnapshot()
-            if head is None:  # a table created empty: give main a first (empty) snapshot to branch at
-                self.iceberg.refresh()
-                self.iceberg.newAppend().commit()
+            if head is None:  # a table created empty: main needs a first snapshot to branch at
+                self._first_snapshot()
                 continue
             found = _newest_cursor(self.jvm, base, head, guard.scope)
             if (found.snapshot_id if found else None) != guard.expected_snapshot_id:
@@ -375,6 +374,35 @@ class RunBranch:
                 self.base = head.snapshotId()
                 return
         raise BaseMoved()
+
+    def _first_snapshot(self) -> None:
+        """Give main an empty first snapshot, only while main has none (compare-and-set).
+
+        Why not `newAppend().commit()`: Iceberg retries a refused append onto the newest main,
+        so a run that lost the race for an empty table would commit an empty snapshot after the
+        winner's, without a cursor (expiring all but the current snapshot then loses the cursor).
+        A refused commit leaves nothing: the caller reads the table again."""
+        snapshot = self.iceberg.newAppend().apply()  # written against the table as read just now
+        base = self._ops.current()
+        if base.currentSnapshot() is not None or snapshot.parentId() is not None:
+            self._discard(snapshot)  # another writer gave main a snapshot meanwhile
+            return
+        moved = _table_moved_since(self.iceberg)
+        try:
+            done = self._commit(base, self._builder(base).setBranchSnapshot(snapshot, "main"))
+        except Exception as exc:
+            # a REST catalog may refuse it as a bad request: another writer's snapshot took its
+            # sequence number (see conflicts_as_concurrent_run)
+            if not (spark_errors.is_catalog_bad_request(exc) and moved is not None and moved()):
+                raise
+            done = False
+        if not done:
+            self._discard(snapshot)
+
+    def _discard(self, snapshot: Any) -> None:
+        """Delete the manifest list of a snapshot that was never committed (best effort)."""
+        with contextlib.suppress(Exception):
+            self.iceberg.io().deleteFile(snapshot.manifestListLocation())
 
     def publish(self) -> None:
         """Move main to the branch's head, only if main is still the snapshot branched at.
