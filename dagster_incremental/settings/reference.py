@@ -49,7 +49,7 @@ MEANINGS: dict[str, str] = {
     "AssetOptions.partition_by": "the table's partition columns or transforms (days(ts), bucket(16, id))",
     "AssetOptions.partitions": "time-window partitions: each partition run loads its window only (a backfill)",
     "AssetOptions.partition_column": "static partitions (tenants): the column holding a row's partition key",
-    "AssetOptions.window_column": "the column placing a row in a time window (default: the first cursor's column)",
+    "AssetOptions.window_column": "the column placing a row in a time window (default: the first cursor's column, when it is a top-level one; a time-window asset with neither is refused)",
     "AssetOptions.upstream_commits_per_slice": "a Changes read: at most this many upstream commits per slice, one commit each",
     "AssetOptions.concurrency_pool": "the Dagster concurrency pool of the asset's runs (default incremental/<asset>)",
     "AssetOptions.freshness": "the cursor_fresh check fails when the newest cursor value is older than this",
