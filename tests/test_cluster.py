@@ -232,7 +232,8 @@ def _snapshot_ids_masked(metadata: dict) -> dict:
     if not isinstance(state, dict) or "upstream" not in state:
         return metadata
     upstream = {name: {**read, "snapshot_id": "<id>"} for name, read in state["upstream"].items()}
-    return {**metadata, "dagster_incremental/state": {**state, "last_value": "<id>", "upstream": upstream}}
+    shown = {key: "<id>" for key in metadata if key.startswith("dagster_incremental/last_value")}  # the same id, as text
+    return {**metadata, **shown, "dagster_incremental/state": {**state, "last_value": "<id>", "upstream": upstream}}
 
 
 def test_the_runs_loaded_increments_and_a_three_day_backfill(on_cluster):
