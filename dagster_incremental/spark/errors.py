@@ -111,12 +111,19 @@ def _java_throwable(error: BaseException) -> Any:
 
 
 def _implements(throwable: Any, interface: str) -> bool:
+    """Whether `throwable` is an `interface`; False when that class is not on the classpath
+    (the AWS SDK's, on a session without Iceberg's AWS bundle): py4j would raise instead, and
+    the user would see a ClassNotFoundException in place of the run's own error."""
     from py4j.java_gateway import is_instance_of
+    from py4j.protocol import Py4JError
 
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
-    return gateway is not None and is_instance_of(gateway, throwable, interface)
+    try:
+        return gateway is not None and is_instance_of(gateway, throwable, interface)
+    except Py4JError:
+        return False
 
 
 # Storage and catalog failures a user's configuration causes, by the Java classes behind them.

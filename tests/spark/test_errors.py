@@ -62,3 +62,12 @@ def test_a_missing_table_or_a_python_error_is_no_storage_problem(spark):
     missing = caught(lambda: spark.table(TableRef("lake", ("errors",), "no_such_table").sql))
     assert errors.storage_problem(missing, "lake", "/tmp/warehouse", {}) is None
     assert errors.storage_problem(ValueError("no JVM behind it"), "lake", "/tmp/warehouse", {}) is None
+
+
+def test_a_java_error_is_told_as_itself_when_the_aws_sdk_is_not_on_the_classpath(spark, monkeypatch):
+    """A session without Iceberg's AWS bundle (the embedded default) has no S3Exception class:
+    asking whether an error is one must answer no, not raise a ClassNotFoundException that
+    would stand in for the run's own error."""
+    monkeypatch.setattr(errors, "S3_ANSWER", "software.amazon.awssdk.services.s3.model.NotOnTheClasspath")
+    failed = caught(lambda: spark._jvm.java.lang.Integer.parseInt("not a number"))
+    assert errors.storage_problem(failed, "lake", "/tmp/warehouse", {}) is None
