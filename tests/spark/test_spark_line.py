@@ -68,8 +68,10 @@ def _fetch(repository: Path, coordinates: str) -> Path:
     return jar
 
 
-def test_spark_35_keeps_the_wheels_iceberg_jar_and_delta_33(maven_repository):
+def test_spark_35_keeps_the_wheels_iceberg_jar_and_delta_33(maven_repository, installed_pyspark):
     import snowpark_connect_deps_iceberg as deps
+
+    installed_pyspark("3.5.9", hadoop="3.3.4")
 
     wheel_jar = str(deps.get_jar_path("iceberg-spark-runtime-3.5_2.12-1.10.2.jar"))
     conf = spark_conf(warehouse="/w")
