@@ -1,8 +1,9 @@
 """Build the SparkSession from config.toml's `[spark]` and `[destination]` sections."""
 
-# Why here and not in dagster-pyspark alone: the Iceberg runtime jar must be found inside the
-# installed `snowpark-connect-deps-iceberg` wheel (nothing is downloaded at run time), and the
-# catalog settings follow from `[destination]`. The resulting flat conf dict is what
+# Why here and not in dagster-pyspark alone: the table format's jars must fit the running
+# PySpark (spark_line; on Spark 3.5 Iceberg's is found inside the installed
+# `snowpark-connect-deps-iceberg` wheel, nothing is downloaded at run time), and the catalog
+# settings follow from `[destination]`. The resulting flat conf dict is what
 # `dagster_pyspark.PySparkResource(spark_config=...)` takes, so both paths build the same session.
 
 from __future__ import annotations
@@ -16,36 +17,34 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+from dagster_incremental.spark.spark_line import (
+    Coordinates,
+    coordinates_text,
+    maven_jar,
+    running_hadoop,
+    running_line,
+    s3a_artifacts,
+)
 
-# Delta Lake for Spark 3.5 (Scala 2.12): Maven Central only, no wheel carries the jars.
-DELTA_VERSION = "3.3.2"
-DELTA_ARTIFACTS = (("io.delta", "delta-spark_2.12", DELTA_VERSION), ("io.delta", "delta-storage", DELTA_VERSION))
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 DELTA_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-# Delta on S3 goes through Hadoop's S3A: hadoop-aws of pyspark's own Hadoop (3.3.4) and the AWS
-# SDK bundle that hadoop-aws release was built against.
-DELTA_S3_ARTIFACTS = (("org.apache.hadoop", "hadoop-aws", "3.3.4"), ("com.amazonaws", "aws-java-sdk-bundle", "1.12.262"))
-
-
 def delta_jars(on_s3: bool = False) -> str:
     """`spark.jars` of Delta's two jars (with S3A's two when the tables are on S3) when the local
-    Maven repository has them (`mvn dependency:get -Dartifact=io.delta:delta-spark_2.12:3.3.2`
-    puts one there), else "": then `spark.jars.packages` names them and Spark resolves them when
-    the session starts."""
-    import os
-
-    repository = Path(os.environ.get("MAVEN_LOCAL_REPOSITORY") or Path.home() / ".m2" / "repository")
-    paths = [repository.joinpath(*group.split("."), name, version, f"{name}-{version}.jar")
-             for group, name, version in _delta_artifacts(on_s3)]
+    Maven repository has them (`mvn dependency:get -Dartifact=<each of delta_artifacts()>` puts
+    them there), else "": then `spark.jars.packages` names them and Spark resolves them when the
+    session starts. The jars are those of the running PySpark's line (spark_line)."""
+    paths = [maven_jar(a) for a in delta_artifacts(on_s3)]
     return ",".join(str(p) for p in paths) if all(p.is_file() for p in paths) else ""
 
 
-def _delta_artifacts(on_s3: bool) -> tuple[tuple[str, str, str], ...]:
-    return DELTA_ARTIFACTS + (DELTA_S3_ARTIFACTS if on_s3 else ())
+def delta_artifacts(on_s3: bool = False) -> tuple[Coordinates, ...]:
+    """Delta's coordinates for the running PySpark (Maven Central only, no wheel carries them),
+    with S3A's (hadoop-aws of pyspark's own Hadoop and its AWS SDK bundle) for tables on S3."""
+    line = running_line()
+    return line.delta + (s3a_artifacts(running_hadoop()) if on_s3 else ())
 
 
 def delta_conf(user: Mapping[str, str], on_s3: bool = False) -> dict[str, str]:
@@ -62,21 +61,39 @@ def delta_conf(user: Mapping[str, str], on_s3: bool = False) -> dict[str, str]:
         if jars:
             out["spark.jars"] = jars
         else:
-            out["spark.jars.packages"] = ",".join(":".join(a) for a in _delta_artifacts(on_s3))
+            out["spark.jars.packages"] = coordinates_text(delta_artifacts(on_s3))
     return out
 
 
 def iceberg_runtime_jar() -> str:
-    """Path of the Iceberg Spark runtime jar shipped by the `snowpark-connect-deps-iceberg` wheel."""
+    """Path of the Iceberg Spark runtime jar of the running PySpark's line: on Spark 3.5 the one
+    the `snowpark-connect-deps-iceberg` wheel ships, else the local Maven repository's."""
+    line = running_line()
+    if line.iceberg_wheel_jar is None:
+        path = maven_jar(line.iceberg_runtime)
+        if not path.is_file():
+            fetch = f"mvn dependency:get -Dartifact={coordinates_text((line.iceberg_runtime,))}"
+            raise FileNotFoundError(f"{path.name} (Iceberg's runtime for Spark {line.name}) is not in "
+                                    f"the local Maven repository; fetch it with `{fetch}`.")
+        return str(path)
     import snowpark_connect_deps_iceberg as deps
 
-    path = Path(deps.get_jar_path(ICEBERG_RUNTIME_JAR))
+    path = Path(deps.get_jar_path(line.iceberg_wheel_jar))
     if not path.is_file():  # pragma: no cover - only with a broken install
         raise FileNotFoundError(
-            f"{ICEBERG_RUNTIME_JAR} is not in the installed snowpark-connect-deps-iceberg package; "
+            f"{line.iceberg_wheel_jar} is not in the installed snowpark-connect-deps-iceberg package; "
             "reinstall it with `pip install snowpark-connect-deps-iceberg==1.0.2`."
         )
     return str(path)
+
+
+def iceberg_jar_conf() -> dict[str, str]:
+    """Iceberg's runtime for the running PySpark: the wheel's jar on Spark 3.5; on Spark 4 (no
+    wheel ships it) its coordinates, which Spark resolves from the local Maven repository first."""
+    line = running_line()
+    if line.iceberg_wheel_jar is None:
+        return {"spark.jars.packages": coordinates_text((line.iceberg_runtime,))}
+    return {"spark.jars": iceberg_runtime_jar()}
 
 
 def iceberg_catalog_conf(catalog: str, warehouse: str | Path) -> dict[str, str]:
@@ -154,7 +171,7 @@ def _table_format_conf(table_format: str, user: Mapping[str, str], catalog: str 
     out: dict[str, str] = {}
     if table_format == "iceberg":
         if "spark.jars" not in user and "spark.jars.packages" not in user:
-            out["spark.jars"] = iceberg_runtime_jar()
+            out.update(iceberg_jar_conf())
         out["spark.sql.extensions"] = ICEBERG_EXTENSIONS
         if catalog and warehouse is not None:
             defaults = iceberg_catalog_conf(catalog, warehouse)
