@@ -63,7 +63,7 @@ def delta_duplicates(location: str, keys: Sequence[str], *, snapshot_id: int | N
 
 
 def _count_keys(names: Sequence[str], rows: int, read: Callable[[list[str]], pa.Table], keys: Sequence[str],
-             current: tuple[str, Any] | None, examples: int) -> DuplicateKeys | None:
+                current: tuple[str, Any] | None, examples: int) -> DuplicateKeys | None:
     """Read the key columns (spelt as the table spells them: Spark matches names ignoring case)
     and count; scd2 (`current`: valid-to column and its current value) only current versions."""
     if rows > MAX_ROWS:
