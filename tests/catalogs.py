@@ -163,6 +163,16 @@ def to_env(catalog: Catalog | None) -> str:
                        "format": catalog.table_format})
 
 
+# The tests' tables hold a handful of rows: compiling each query to Java (whole-stage and
+# expression code generation) costs more than running it interpreted; the shared session and the
+# runner processes run them interpreted. Measured on tests/spark/test_scd2.py: about a third less
+# CPU (bench/README.md, Session 24).
+SMALL_DATA_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
 def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
     """(catalog name, Spark conf) of a runner from `to_env`'s text ("": the default catalog)."""
     if not text:

@@ -18,7 +18,7 @@ TEST_CATALOG = "lake"
 
 # The S3 server's identity, in the AWS SDKs' own variables before any JVM starts: Spark's
 # S3FileIO, pyarrow's S3 and the runner subprocesses read it there, as a user's process would.
-from catalogs import CATALOG_KINDS, s3_identity_env, s3_secret  # noqa: E402
+from catalogs import CATALOG_KINDS, SMALL_DATA_CONF, s3_identity_env, s3_secret  # noqa: E402
 
 os.environ.update(s3_identity_env())
 
@@ -77,6 +77,7 @@ def spark(spark_warehouse):
             "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{DELTA_EXTENSIONS}",
             "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
             "spark.databricks.delta.snapshotPartitions": "2",
+            **SMALL_DATA_CONF,
         },
     )
     session = build_spark_session(conf)
@@ -190,9 +191,9 @@ def catalog_secrets_only_where_a_catalog_is(request, monkeypatch):
 @pytest.fixture
 def instance():
     """A throwaway Dagster instance (its own temp storage) for one test."""
-    import dagster as dg
+    from instances import fresh_instance
 
-    with dg.instance_for_test() as inst:
+    with fresh_instance() as inst:
         yield inst
 
 

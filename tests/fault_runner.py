@@ -67,7 +67,7 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
-    from catalogs import runner_spark_config, runner_table_format
+    from catalogs import SMALL_DATA_CONF, runner_spark_config, runner_table_format
     from dagster_incremental import SparkTableIOManager
     from dagster_incremental.spark import commit as spark_commit, writer as table_writer
     from dagster_incremental.spark.delta.commit import DeltaCommit
@@ -92,7 +92,7 @@ def main() -> int:
         catalog=catalog or "lake", namespace=os.environ["FAULT_NAMESPACE"], warehouse=os.environ["FAULT_WAREHOUSE"],
         table_format=runner_table_format(os.environ.get("FAULT_CATALOG", "")), master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **SMALL_DATA_CONF, **conf},
     )
 
     if point == "before-commit":

@@ -118,7 +118,7 @@ def main() -> int:
     import dagster as dg
 
     from attack_support import QUIET, source_asset
-    from catalogs import runner_spark_config, runner_table_format
+    from catalogs import SMALL_DATA_CONF, runner_spark_config, runner_table_format
     from dagster_incremental import SparkTableIOManager
 
     catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
@@ -127,7 +127,7 @@ def main() -> int:
         table_format=runner_table_format(os.environ["RACE_CATALOG"]),
         master="local[1]",
         spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **conf},
+                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **SMALL_DATA_CONF, **conf},
     )
     io.spark.sql("SELECT 1").collect()  # the JVM and SparkContext start before the race, not in it
     clock = RaceClock.when_started(Path(os.environ["RACE_DIR"]), float(os.environ["RACE_TICK"]))

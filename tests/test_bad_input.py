@@ -37,6 +37,7 @@ from attack_support import (
     table_id,
     write_config,
 )
+from instances import fresh_instance
 
 pytestmark = pytest.mark.spark
 
@@ -125,7 +126,7 @@ def shared_tables(spark, spark_warehouse, tmp_path_factory):
     namespace = "badrows_" + uuid.uuid4().hex[:8]
     config = write_config(tmp_path_factory.mktemp("row_cases") / "config.toml", spark_warehouse, namespace)
     io = io_manager_for(spark_warehouse, namespace)
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         tables = {}
         for strategy in ("append", "upsert", "delete-insert", "scd2"):
             name = "rows_" + strategy.replace("-", "_")
@@ -411,7 +412,7 @@ def config_table(spark, spark_warehouse, tmp_path_factory):
     good = write_config(folder / "good.toml", spark_warehouse, namespace)
     name = "cfg_orders"
     feed = {"rows": list(GOOD)}
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         io = io_manager_for(spark_warehouse, namespace)
         asset = source_asset(name, good, "upsert", lambda: feed["rows"])
         assert materialize(asset, instance, io).success

@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dagster_incremental.cursor.spec import incremental
+from instances import fresh_instance
 
 PROFILE = os.environ.get("DI_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in ("ci", "large"):
@@ -212,7 +213,7 @@ def spark_env(spark, catalog, tmp_path_factory):
     namespace = "eo_" + uuid.uuid4().hex[:8]
     config = tmp_path_factory.mktemp("eo") / "config.toml"
     config.write_text(catalog.config_toml(namespace))
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         yield instance, catalog.io_manager(namespace), str(config)
 
 

@@ -49,6 +49,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from attack_support import DISPOSITIONS, materialize
 from catalogs import HADOOP_ONLY, LOCAL_LAKE_AND_DELTA
+from instances import fresh_instance
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -512,7 +513,7 @@ def env(spark, catalog, tmp_path_factory):
     namespace = "mb_" + uuid.uuid4().hex[:8]
     config = tmp_path_factory.mktemp("mb") / "config.toml"
     config.write_text(catalog.config_toml(namespace))
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         yield spark, instance, catalog.io_manager(namespace), str(config), namespace
 
 

@@ -25,6 +25,7 @@ import pytest
 
 from dagster_incremental import Incremental, incremental, incremental_asset
 from attack_support import DISPOSITIONS, failure_text, io_manager_for, materialize, write_config
+from instances import fresh_instance
 
 pytestmark = pytest.mark.spark
 
@@ -76,7 +77,7 @@ def env(spark, spark_warehouse, tmp_path_factory):
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {victim_ref.namespace_sql}")
     spark.sql(f"CREATE TABLE {victim} (x INT) USING iceberg")
     spark.sql(f"INSERT INTO {victim} VALUES (1), (2), (3)")
-    with dg.instance_for_test() as instance:
+    with fresh_instance() as instance:
         yield instance, io, str(config), victim
 
 

@@ -1,0 +1,35 @@
+"""The tests' Dagster instances: persistent (SQLite, as `dg.instance_for_test` makes them), kept
+in memory-backed storage when the machine has one, without compute-log capture.
+
+Measured (bench/README.md, Session 24): a run on `dg.instance_for_test()`'s default instance cost
+1.3-3 s on a loaded two-core machine, most of it the per-run SQLite event-log file written to disk
+and the stdout/stderr capture of the compute log manager; the same run here costs about 0.5 s.
+No test reads compute logs; every other storage is the one a user's `dagster dev` instance has.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dagster as dg
+
+# A folder in memory (Linux's /dev/shm), else the default temporary folder.
+MEMORY_FOLDER = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
+                                    "class": "NoOpComputeLogManager"}}
+
+
+@contextmanager
+def fresh_instance() -> Iterator[dg.DagsterInstance]:
+    """A throwaway persistent Dagster instance of its own (a fresh folder, DAGSTER_HOME set to it
+    while open), as `dg.instance_for_test()` gives, minus compute-log capture."""
+    folder = tempfile.mkdtemp(prefix="di_instance_", dir=MEMORY_FOLDER)
+    try:
+        with dg.instance_for_test(temp_dir=folder, overrides=NO_COMPUTE_LOGS) as instance:
+            yield instance
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
