@@ -19,6 +19,9 @@ import dagster as dg
 
 # A folder in memory (Linux's /dev/shm), else the default temporary folder.
 MEMORY_FOLDER = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+# The dagster.yaml of a DAGSTER_HOME that runner processes share: no telemetry, no compute logs.
+RUNNER_HOME_YAML = ("telemetry:\n  enabled: false\ncompute_logs:\n"
+                    "  module: dagster._core.storage.noop_compute_log_manager\n  class: NoOpComputeLogManager\n")
 NO_COMPUTE_LOGS = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager",
                                     "class": "NoOpComputeLogManager"}}
 

@@ -39,6 +39,7 @@ from attack_support import (
     source_asset,
 )
 from catalogs import ICEBERG_ONLY, assert_other_readers_agree, plain, to_env
+from instances import RUNNER_HOME_YAML
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.spark import commit as spark_commit, writer as table_writer
 from dagster_incremental.spark.delta import in_process as delta_in_process, s3_lease
@@ -256,7 +257,7 @@ def kill_env(catalog, tmp_path_factory):
     base = tmp_path_factory.mktemp("kills")
     home = base / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (home / "dagster.yaml").write_text(RUNNER_HOME_YAML)
     namespace = "kill_" + uuid.uuid4().hex[:8]
     config = base / "config.toml"
     config.write_text(catalog.config_toml(namespace))

@@ -22,6 +22,7 @@ from dagster._core.instance import DagsterInstance, InstanceRef
 from attack_support import committed_states, dagster_state, failure_text, rows, scd2_rows, source_asset, table_id
 from catalogs import ICEBERG_ONLY, assert_other_readers_agree, to_env
 from race_runner import STRATEGIES, assert_only_winners_committed, asset_name, history_commits, source_rows
+from instances import RUNNER_HOME_YAML
 
 pytestmark = pytest.mark.spark
 
@@ -37,7 +38,7 @@ def race(spark, catalog, tmp_path_factory):
     base = tmp_path_factory.mktemp("race_no_pool")
     home = base / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # no pool limit anywhere
+    (home / "dagster.yaml").write_text(RUNNER_HOME_YAML)  # no pool limit anywhere
     namespace = "race_" + uuid.uuid4().hex[:8]
     config = base / "config.toml"
     config.write_text(catalog.config_toml(namespace))
