@@ -8,6 +8,7 @@ declarative counterpart of `build_incremental_sensor`, with no sensor code of th
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import date, datetime
 from typing import Any
@@ -39,12 +40,14 @@ def source_observation(probe: Callable[[], Any], key: Sequence[str], *, cron: st
         return dg.DataVersion(_version_text(mark))
 
     observe.__name__ = "__".join(key)
-    return dg.observable_source_asset(
-        observe,
-        key=dg.AssetKey(list(key)),
-        description=description or (probe.__doc__ or "The source's high-water mark.").strip().splitlines()[0],
-        automation_condition=dg.AutomationCondition.cron_tick_passed(cron),
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # observable source assets are beta in Dagster 1.13
+        return dg.observable_source_asset(
+            observe,
+            key=dg.AssetKey(list(key)),
+            description=description or (probe.__doc__ or "The source's high-water mark.").strip().splitlines()[0],
+            automation_condition=dg.AutomationCondition.cron_tick_passed(cron),
+        )
 
 
 def _version_text(mark: Any) -> str:
