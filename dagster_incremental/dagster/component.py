@@ -140,9 +140,10 @@ def load_function(context: dg.ComponentLoadContext, path: str, attribute: str) -
     if not sep or not module_name or not name:
         raise IncrementalConfigError(f"{where} names no function; write it as module.function, e.g. sources.orders")
     local = context.path / Path(*module_name.split("."))
+    local_file = next((p for p in (local.with_suffix(".py"), local / "__init__.py") if p.is_file()), None)
     try:
-        if local.with_suffix(".py").is_file() or (local / "__init__.py").is_file():
-            module = context.load_defs_relative_python_module(local.with_suffix(".py") if local.with_suffix(".py").is_file() else local)
+        if local_file is not None:
+            module = context.load_defs_relative_python_module(local_file)
         else:
             module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -150,6 +151,6 @@ def load_function(context: dg.ComponentLoadContext, path: str, attribute: str) -
     func = getattr(module, name, None)
     if not callable(func):
         found = sorted(n for n, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == module.__name__)
-        raise IncrementalConfigError(f"{where}: module {module.__name__!r} has no function {name!r}"
+        raise IncrementalConfigError(f"{where}: module {module_name!r} has no function {name!r}"
                                      + (f"; it has {', '.join(found)}" if found else ""))
     return func

@@ -43,11 +43,10 @@ def source_observation(probe: Callable[[], Any], key: Sequence[str], *, cron: st
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # observable source assets are beta in Dagster 1.13
         return dg.observable_source_asset(
-            observe,
             key=dg.AssetKey(list(key)),
             description=description or (probe.__doc__ or "The source's high-water mark.").strip().splitlines()[0],
             automation_condition=dg.AutomationCondition.cron_tick_passed(cron),
-        )
+        )(observe)
 
 
 def _version_text(mark: Any) -> str:
