@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "incremental_asset": "dagster_incremental.dagster.decorator",
     "SparkTableIOManager": "dagster_incremental.dagster.io_manager",
     "build_incremental_sensor": "dagster_incremental.dagster.sensors",
+    "source_observation": "dagster_incremental.dagster.source_observation",
+    # the Dagster component (defs.yaml), listed by `dg list components`
+    "IncrementalAssetsComponent": "dagster_incremental.dagster.component",
     # errors
     "IncrementalError": "dagster_incremental.errors",
     "IncrementalConfigError": "dagster_incremental.errors",
@@ -78,3 +81,5 @@ if TYPE_CHECKING:  # type checkers and IDEs see the lazy exports' real types, no
     )
     from dagster_incremental.dagster.io_manager import SparkTableIOManager
     from dagster_incremental.dagster.sensors import build_incremental_sensor
+    from dagster_incremental.dagster.source_observation import source_observation
+    from dagster_incremental.dagster.component import IncrementalAssetsComponent

@@ -18,6 +18,7 @@ from definitions.assets import (
     api_events,
     customer_revenue,
     customers,
+    customers_source,
     daily_events,
     orders,
     orders_enriched,
@@ -45,7 +46,7 @@ def daily_events_hourly(context: dg.ScheduleEvaluationContext):
 orders_sensor = build_incremental_sensor(orders, probe=orders_high_water_mark, minimum_interval_seconds=30)
 
 defs = dg.Definitions(
-    assets=[orders, customers, api_events, daily_events, customer_revenue, orders_enriched, revenue_by_day],
+    assets=[customers_source, orders, customers, api_events, daily_events, customer_revenue, orders_enriched, revenue_by_day],
     jobs=[main_job, daily_events_job],
     schedules=[daily_events_hourly],
     sensors=[orders_sensor],

@@ -18,7 +18,7 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from dagster_incremental import Changes, Incremental, incremental_asset
+from dagster_incremental import Changes, Incremental, incremental_asset, source_observation
 from definitions.sources import event_files, events_api, events_root, shop_db, shop_db_path, utc_now
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,19 @@ def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
     yield from shop_db.fetch_orders(ensure_shop(), since=updated_at.start_value, until=updated_at.end_value)
 
 
-@incremental_asset(group_name="shop", config_path=CONFIG)
+def customers_high_water_mark() -> str | None:
+    """The newest updated_at of the shop's customers table: a new value means customers changed."""
+    path = shop_db_path()
+    return shop_db.high_water_mark(path, "customers") if path.exists() else None
+
+
+# Declarative automation instead of a sensor: the source's high-water mark is observed every five
+# minutes, and customers runs (eagerly) only when it moved: no full snapshot reloaded for nothing.
+customers_source = source_observation(customers_high_water_mark, ["customers_source"])
+
+
+@incremental_asset(group_name="shop", config_path=CONFIG, deps=[customers_source.key],
+                   automation_condition=dg.AutomationCondition.eager())
 def customers(context: dg.AssetExecutionContext):
     """Every version of every customer (scd2) from a full snapshot of the customers table."""
     return shop_db.fetch_customers(ensure_shop())

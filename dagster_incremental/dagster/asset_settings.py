@@ -18,6 +18,7 @@ import dagster as dg
 
 from dagster_incremental.dagster import checks
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.kinds import table_kinds
 from dagster_incremental.dagster.partition_scope import TenantPartitions, check_keys, check_window_rows, tenant_partitions
 from dagster_incremental.errors import CursorRowError, IncrementalConfigError, PrimaryKeyMissing
 from dagster_incremental.cursor.spec import Incremental, IncrementalSpec, incremental
@@ -81,6 +82,8 @@ class AssetSettings:
     upstream_commits_per_slice: int | None = None
     # (parameter or None for the asset, option) -> where it is set, for errors found in a run
     option_origins: Mapping[tuple[str | None, str], str] = field(default_factory=dict)
+    # what the UI shows: Spark, the table format, the catalog's service and storage
+    kinds: frozenset[str] = frozenset({"spark", "iceberg"})
 
     def located(self, exc: Exception) -> Exception:
         """A cursor's row error with where the option it blames is set (file, section, key and
@@ -239,6 +242,7 @@ def resolve_settings(func: Callable[..., Any], *, config_path: str | None, **dec
         explicit_window_column=options.window_column,
         upstream_commits_per_slice=options.upstream_commits_per_slice,
         option_origins=origins,
+        kinds=table_kinds(cfg.destination.format, cfg.destination.catalog, str(cfg.destination.warehouse), cfg.spark.conf),
     )
 
 

@@ -15,6 +15,7 @@ Neither check fails the run: the data and the cursor are committed before they a
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -85,20 +86,18 @@ def check_specs(settings) -> list[dg.AssetCheckSpec]:
     """The checks an asset declares: primary_key_unique with a primary key, cursor_fresh with
     a freshness."""
     asset = dg.AssetKey([*settings.key_prefix, settings.name])
-    specs = []
+    described = []
     if settings.primary_key:
         where = "among current versions" if settings.strategy == "scd2" else "in the table"
-        specs.append(dg.AssetCheckSpec(
-            PRIMARY_KEY_UNIQUE, asset=asset,
-            description=f"No primary key ({', '.join(settings.primary_key)}) occurs twice {where}.",
-        ))
+        described.append((PRIMARY_KEY_UNIQUE, f"No primary key ({', '.join(settings.primary_key)}) occurs twice {where}."))
     if settings.freshness is not None:
-        specs.append(dg.AssetCheckSpec(
-            CURSOR_FRESH, asset=asset,
-            description=f"The cursor's last_value is at most {settings.freshness} old: the source still "
-            "delivers new data.",
-        ))
-    return specs
+        described.append((CURSOR_FRESH, f"The cursor's last_value is at most {settings.freshness} old: the source "
+                                        "still delivers new data."))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # partitioned checks are a preview feature of Dagster 1.13
+        # A partitioned asset's checks are partitioned too: each partition shows its own outcome.
+        return [dg.AssetCheckSpec(name, asset=asset, description=text, partitions_def=settings.partitions_def)
+                for name, text in described]
 
 
 # -- evaluation -----------------------------------------------------------------------------------
@@ -119,8 +118,24 @@ def evaluate_checks(context, io, settings, batch: IncrementalBatch, state: Any) 
         except Exception as exc:  # noqa: BLE001 - the run's data is committed; report, don't fail it
             context.log.warning(f"asset check {name} could not be evaluated: {exc}")
             passed, metadata, description = False, {"error": str(exc)}, f"{name} could not be evaluated"
-        yield dg.AssetCheckResult(
+        yield from _results(context, settings, name, dg.AssetCheckResult(
             check_name=name, passed=passed, severity=severity, metadata=metadata, description=description
+        ))
+
+
+def _results(context, settings, name: str, result: dg.AssetCheckResult) -> Iterator[Any]:
+    """`result` as Dagster records it: a run of one partition (or none) yields it as it is; a run
+    over a range of partitions evaluated them at once, and records that outcome for each of them,
+    so every partition of a partitioned check shows its own."""
+    if settings.partitions_def is None or context.has_partition_key or not context.has_partition_key_range:
+        yield result
+        return
+    key = dg.AssetCheckKey(context.asset_key, name)
+    yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(key))
+    for partition in context.partition_keys:
+        yield dg.AssetCheckEvaluation(
+            asset_key=context.asset_key, check_name=name, passed=result.passed, metadata=result.metadata,
+            severity=result.severity, description=result.description, partition=partition,
         )
 
 

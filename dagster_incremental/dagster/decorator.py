@@ -23,6 +23,10 @@ from dagster_incremental.dagster.run import IncrementalRunConfig, Runner
 from dagster_incremental.dagster.upstream import changes_params
 
 
+# Dagster refuses a freshness policy's window under a minute; a shorter freshness keeps its check only.
+MIN_FRESHNESS_POLICY = timedelta(minutes=1)
+
+
 @overload
 def incremental_asset(fn: Callable[..., Any], /) -> dg.AssetsDefinition: ...
 
@@ -85,7 +89,10 @@ def incremental_asset(
     "..."` -> `api_token: str | None = None`), read inside each run and masked in its logs.
 
     `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
-    cursor_fresh asset check; `check_severity` ("WARN" or "ERROR") is how failed checks show.
+    cursor_fresh asset check (the data's age) and, from a minute up, a Dagster freshness policy
+    (the time since the last materialization). A partitioned asset's checks are evaluated per
+    partition. The kinds shown are Spark's, the table format's and the catalog's (rest, postgres,
+    s3, ...), plus any `kinds` given. `check_severity` ("WARN" or "ERROR") is how failed checks show.
     `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
     and `partition_column` names the column that holds a row's tenant. `window_column` names the
     column whose value places a row in a time window (default: the cursor's column); a
@@ -196,7 +203,9 @@ def _build_asset(func, settings: AssetSettings, io_manager_key: str, asset_kwarg
     # Each asset gets its own pool: limited to 1 in dagster.yaml, runs of one asset wait their
     # turn; without the limit, the IO manager's compare-and-set commit lets one of them commit.
     kwargs.setdefault("pool", settings.pool or "incremental/" + "__".join((*settings.key_prefix, settings.name)))
-    kwargs.setdefault("kinds", {"spark", "iceberg"})
+    kwargs["kinds"] = {*settings.kinds, *kwargs.get("kinds", ())}  # the format's and the catalog's, and the user's
+    if settings.freshness is not None and settings.freshness >= MIN_FRESHNESS_POLICY:
+        kwargs.setdefault("freshness_policy", dg.FreshnessPolicy.time_window(fail_window=settings.freshness))
     if upstream_deps := list(changes_params(func).values()):  # lineage, and automation's trigger
         kwargs["deps"] = [*kwargs.get("deps", ()), *upstream_deps]
     if checks.check_specs(settings):

@@ -309,6 +309,44 @@ def test_a_partition_backfill_checks_its_window_and_the_live_cursor(instance, wh
     assert fresh.passed and values(fresh)["last_value"] == source_last(instance)
 
 
+def test_checks_of_a_partitioned_asset_are_recorded_per_partition(instance, where):
+    """A partition run records each check for its partition; a run over a range records the
+    range's outcome for every partition of it, so the UI shows each partition's own."""
+    config, io = where
+    today = datetime.now(timezone.utc).date()
+    days = dg.DailyPartitionsDefinition(start_date=(today - timedelta(days=5)).isoformat(), end_offset=1)
+    past = [today - timedelta(days=3), today - timedelta(days=2)]
+    source = {"rows": [{"id": "now", "event_time": f"{today}T00:00:00Z"}]}
+
+    def events(event_time: Incremental = incremental("event_time", initial_value=f"{past[0]}T00:00:00Z")):
+        return list(source["rows"])
+
+    asset = incremental_asset(primary_key="id", partitions_def=days, config_path=config, freshness="PT48H",
+                              write_disposition={"disposition": "merge", "strategy": "delete-insert"})(events)
+    assert {spec.partitions_def for spec in asset.check_specs} == {days}
+    one = materialize(asset, instance, io, partition_key=today.isoformat())
+    assert {(e.check_name, e.partition) for e in all_evaluations(one)} == {
+        ("primary_key_unique", today.isoformat()), ("cursor_fresh", today.isoformat())}
+    source["rows"] = [{"id": f"old{i}", "event_time": f"{d}T08:00:00Z"} for i, d in enumerate(past)]
+    ranged = materialize(asset, instance, io, tags={
+        "dagster/asset_partition_range_start": past[0].isoformat(), "dagster/asset_partition_range_end": past[1].isoformat()})
+    keys = [d.isoformat() for d in past]
+    unique = {e.partition: e for e in all_evaluations(ranged) if e.check_name == "primary_key_unique"}
+    assert set(unique) == set(keys)
+    assert all(e.passed and e.metadata["scope"].value.startswith("rows with event_time in [") for e in unique.values())
+    fresh = {e.partition for e in all_evaluations(ranged) if e.check_name == "cursor_fresh"}
+    assert fresh == set(keys)
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        dg.AssetCheckKey(dg.AssetKey("events"), "primary_key_unique"), limit=10)
+    assert {(r.partition, r.status.value) for r in history} == {
+        (today.isoformat(), "SUCCEEDED"), (keys[0], "SUCCEEDED"), (keys[1], "SUCCEEDED")}
+
+
+def all_evaluations(result: dg.ExecuteInProcessResult) -> list[dg.AssetCheckEvaluation]:
+    assert result.success
+    return [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+
+
 def source_last(instance) -> str:
     records = instance.fetch_materializations(dg.AssetKey("events"), limit=50).records
     states = [r.asset_materialization.metadata["dagster_incremental/state"].value for r in records
