@@ -23,10 +23,10 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session import spark_conf
-from dagster_incremental.spark.table_metadata import CommittedState
+from dagster_incremental.spark.iceberg.metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.destination import tables_for
-from dagster_incremental.spark.table_service import TableService
+from dagster_incremental.spark.iceberg.tables import TableService
 from dagster_incremental.spark.write_spec import IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 _SERVICE_LOCK = threading.Lock()

@@ -23,10 +23,10 @@ from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError, UpstreamRewritten
-from dagster_incremental.spark.commit import iceberg_table
+from dagster_incremental.spark.iceberg.commit import iceberg_table
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
+from dagster_incremental.spark.iceberg.storage import TableStorage
 
 CHANGE_TYPE = "_change_type"
 INSERT, DELETE = "INSERT", "DELETE"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from dagster_incremental.spark.table_service import TableService
+from dagster_incremental.spark.iceberg.tables import TableService
 
 
 def tables_for(conf: Callable[[], Mapping[str, str]], table_format: str, warehouse: str) -> TableService:

@@ -2,7 +2,7 @@
 statements (the strategies' MERGE, the window replace) that run as it. The destination's format
 is chosen in one place: spark/destination.py.
 
-Iceberg: spark/table_service.py + spark/writer.py + spark/commit.py (and the in-process path,
+Iceberg: spark/iceberg/tables.py + spark/iceberg/writer.py + spark/iceberg/commit.py (and the in-process path,
 spark/local/). Delta: spark/delta/. Staging, dedup, the strategies' SQL, schema fitting and the
 cursor are shared; each format keeps only how it commits and reads its own history."""
 

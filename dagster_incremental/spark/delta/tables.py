@@ -14,9 +14,9 @@ from typing import Any
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
-from dagster_incremental.spark.table_metadata import CommittedState
+from dagster_incremental.spark.iceberg.metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_service import NO_TABLE, TableService, nothing_to_commit, without_empty_frame
+from dagster_incremental.spark.iceberg.tables import NO_TABLE, TableService, nothing_to_commit, without_empty_frame
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 OPTIMIZE = "OPTIMIZE"  # a compaction: no row changes
@@ -129,7 +129,7 @@ class DeltaTables(TableService):
         return result, result.snapshot_id
 
     def _refuse_stale(self, batch: IncrementalBatch, asset: str) -> CommittedState | None:
-        from dagster_incremental.spark.table_service import stale_error
+        from dagster_incremental.spark.iceberg.tables import stale_error
 
         current = self.committed_state(batch.spec.table, batch.commit.scope)
         if (current.snapshot_id if current is not None else None) != batch.expected_snapshot_id:

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.table_files import TableFiles
-from dagster_incremental.spark.table_metadata import CommittedState
+from dagster_incremental.spark.iceberg.files import TableFiles
+from dagster_incremental.spark.iceberg.metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
@@ -94,7 +94,7 @@ class TableService:
 
     @property
     def writer(self) -> Any:
-        from dagster_incremental.spark.writer import TableWriter
+        from dagster_incremental.spark.iceberg.writer import TableWriter
 
         return TableWriter(self.spark)
 
@@ -164,7 +164,7 @@ class TableService:
                                    current: tuple[str, Any] | None, examples: int) -> Any:
         """duplicate_keys counted in this process by pyiceberg and pyarrow (spark/local/key_check.py);
         None: the table's catalog is not one pyiceberg reads here, or Spark must count it."""
-        from dagster_incremental.spark.local import catalog_table
+        from dagster_incremental.spark.iceberg.local import catalog_table
         from dagster_incremental.spark.local.key_check import iceberg_duplicates
 
         files = self.files(table)
@@ -222,12 +222,12 @@ class TableService:
 
     def _write_in_python(self, batch: IncrementalBatch, asset: str, files: TableFiles) -> WriteResult | None:
         """The commit made by pyiceberg when the table's catalog is one it commits to and the
-        batch is local rows it can write (spark/local/python_write.py); None: the writer's paths."""
+        batch is local rows it can write (spark/iceberg/local/python_write.py); None: the writer's paths."""
         if not self._python_may_commit(batch.spec, files):
             return None
-        from dagster_incremental.spark.commit import StaleCursor
-        from dagster_incremental.spark.local import catalog_table
-        from dagster_incremental.spark.local.python_write import write_in_python
+        from dagster_incremental.spark.iceberg.commit import StaleCursor
+        from dagster_incremental.spark.iceberg.local import catalog_table
+        from dagster_incremental.spark.iceberg.local.python_write import write_in_python
 
         try:
             return write_in_python(lambda: catalog_table.load(self.conf, files), batch, self._case_sensitive, jvm_running=self.spark_started)
@@ -237,8 +237,8 @@ class TableService:
     def _python_may_commit(self, spec: WriteSpec, files: TableFiles | None = None) -> bool:
         """Whether the table and disposition let pyiceberg commit local rows (the batch decides
         the rest: see python_write.py)."""
-        from dagster_incremental.spark.local import catalog_table
-        from dagster_incremental.spark.local.python_write import takes
+        from dagster_incremental.spark.iceberg.local import catalog_table
+        from dagster_incremental.spark.iceberg.local.python_write import takes
 
         return takes(spec) and catalog_table.reachable(self.conf, files or self.files(spec.table))
 
@@ -251,7 +251,7 @@ class TableService:
         the run read its cursor from (see commit.RunBranch), whatever the catalog. A commit
         refused only because another writer moved the table without touching this cursor (a
         backfill, a compaction) is made again on the new snapshot."""
-        from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
+        from dagster_incremental.spark.iceberg.commit import BaseMoved, CursorGuard, StaleCursor
 
         guard = CursorGuard(batch.expected_snapshot_id, batch.commit.scope) if batch.check_stale else None
         for _ in range(PUBLISH_ATTEMPTS):
@@ -289,7 +289,7 @@ class TableService:
     def _compact_if_needed(self, log: Any, table: TableRef, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and
         cursor are committed already: a failed compaction is a warning, retried next run."""
-        from dagster_incremental.spark import maintenance
+        from dagster_incremental.spark.iceberg import maintenance
 
         if not maintenance.needs_compaction(result):
             return

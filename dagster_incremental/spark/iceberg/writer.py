@@ -19,8 +19,8 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.settings.vocabulary import PRIMARY_KEY_STRATEGIES
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import CommittedState, CursorGuard, PendingCommit, read_committed_state
-from dagster_incremental.spark.local.write import write_local
+from dagster_incremental.spark.iceberg.commit import CommittedState, CursorGuard, PendingCommit, read_committed_state
+from dagster_incremental.spark.iceberg.local.write import write_local
 from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.merge.sql import HELPER_PREFIX
 from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds

@@ -1,7 +1,7 @@
 """Where a table's files are, read once per call: its folder when the catalog keeps it in local
 files (an Iceberg Hadoop catalog on this machine's filesystem), its current metadata (from those
-files, or from a catalog service's answer: a REST catalog, spark/rest_catalog.py; a JDBC
-catalog's database, spark/sql_catalog.py), and its commit lock.
+files, or from a catalog service's answer: a REST catalog, spark/iceberg/rest_catalog.py; a JDBC
+catalog's database, spark/iceberg/sql_catalog.py), and its commit lock.
 
 Why one object: a run asks several questions of a table before it commits (its cursor, whether
 it exists, its row count) and takes its commit lock; each used to resolve the catalog conf and
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dagster_incremental.spark.rest_catalog import SPARK_CATALOG_CLASS, RestCatalogConf, load_metadata as load_rest_metadata
-from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
-from dagster_incremental.spark.table_metadata import TableMetadata, read_metadata
+from dagster_incremental.spark.iceberg.rest_catalog import SPARK_CATALOG_CLASS, RestCatalogConf, load_metadata as load_rest_metadata
+from dagster_incremental.spark.iceberg.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, read_metadata
 from dagster_incremental.spark.table_ref import TableRef
 
 

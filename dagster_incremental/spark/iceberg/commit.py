@@ -39,9 +39,9 @@ if TYPE_CHECKING:  # pyspark is imported where a session is used: a pyiceberg co
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
+from dagster_incremental.spark.iceberg.metadata import CommittedState, cursor_of
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
+from dagster_incremental.spark.iceberg.storage import TableStorage
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,

@@ -1,0 +1,1 @@
+"""Iceberg: one of the two table formats behind the seam (spark/table_format.py)."""
