@@ -23,7 +23,7 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session import spark_conf
-from dagster_incremental.spark.iceberg.metadata import CommittedState
+from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.destination import tables_for
 from dagster_incremental.spark.iceberg.tables import TableService

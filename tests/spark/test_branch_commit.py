@@ -10,7 +10,8 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX, BaseMoved, CursorGuard, RunBranch, StaleCursor
+from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX, RunBranch
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.iceberg.commit import iceberg_table, read_committed_state
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.writer import TableWriter

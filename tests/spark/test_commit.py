@@ -9,12 +9,8 @@ from datetime import datetime, timezone
 import pytest
 from pyspark.errors import AnalysisException
 
-from dagster_incremental.spark.iceberg.commit import (
-    COMMIT_ID_PROPERTY,
-    commit_properties,
-    read_committed_state,
-    with_commit_properties,
-)
+from dagster_incremental.spark.iceberg.commit import read_committed_state, with_commit_properties
+from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY, commit_properties
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY, CommitInfo
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.spark.iceberg.commit import BaseMoved, CursorGuard, StaleCursor
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.iceberg.commit import CursorGuard
+from dagster_incremental.spark.run_commit import CursorGuard
 from dagster_incremental.spark.iceberg.commit import iceberg_table
 from dagster_incremental.spark.iceberg.local import merge as local_merge
 from dagster_incremental.spark.local.stage import arrow_to_spark

@@ -160,7 +160,7 @@ def test_a_commit_the_catalog_refuses_is_not_made_again_on_the_other_runs_snapsh
     table lock on a catalog service): the catalog refuses this run's commit, and it is not
     retried on top of the other run's snapshot (pyiceberg's own retry would load the rows twice):
     the run fails as stale and the table holds each row once, with the other run's cursor."""
-    from dagster_incremental.spark.iceberg.commit import commit_properties
+    from dagster_incremental.spark.run_commit import commit_properties
     from dagster_incremental.spark.iceberg.local import catalog_table
 
     table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
@@ -191,7 +191,8 @@ def test_a_commit_after_another_runs_branch_snapshot_is_made_by_the_jvm_on_main(
     this run read, but the branch snapshot took the sequence number this run's snapshot carries,
     so the catalog refuses pyiceberg's commit. The run is then committed on `main` by the JVM's
     guarded path, not failed with the catalog's refusal, and the branch's rows stay off `main`."""
-    from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX, commit_properties
+    from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX
+    from dagster_incremental.spark.run_commit import commit_properties
     from dagster_incremental.spark.iceberg.local import catalog_table
 
     table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)

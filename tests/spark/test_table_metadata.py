@@ -420,7 +420,8 @@ def test_hostile_identifiers_resolve_to_the_right_folder(spark, location):
 
 @pytest.mark.spark
 def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, location):
-    from dagster_incremental.spark.iceberg.commit import commit_properties, read_committed_state, write_options
+    from dagster_incremental.spark.iceberg.commit import read_committed_state, write_options
+    from dagster_incremental.spark.run_commit import commit_properties
     from dagster_incremental.spark.write_spec import CommitInfo
 
     folder = location(table)

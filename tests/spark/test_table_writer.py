@@ -19,7 +19,8 @@ from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.iceberg.writer import TableWriter, prunable_partition_by
+from dagster_incremental.spark.iceberg.writer import TableWriter
+from dagster_incremental.spark.batch_fit import prunable_partition_by
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,

@@ -14,7 +14,7 @@ from typing import Any
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
-from dagster_incremental.spark.iceberg.metadata import CommittedState
+from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.tables import NO_TABLE, TableService, nothing_to_commit, without_empty_frame
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec

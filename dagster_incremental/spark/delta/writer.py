@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.iceberg.commit import CursorGuard, case_sensitive
+from dagster_incremental.spark.run_commit import case_sensitive, CursorGuard
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.column_mapping import PROPERTIES, mapped, needs_mapping, with_mapping
 from dagster_incremental.spark.delta.commit import DeltaCommit
@@ -33,7 +33,7 @@ from dagster_incremental.spark.statistics import pairing_key
 from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, rows_to_insert, string_literal
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
-from dagster_incremental.spark.iceberg.writer import fitted_batch, prepared_batch, prunable_partition_by
+from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch, prunable_partition_by
 
 # How Delta says a path was taken by another creator, depending on how far its commit had got.
 # (NON_EMPTY_LOCATION: the other creator's data files are in the folder, its first commit not yet.)

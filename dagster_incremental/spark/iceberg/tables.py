@@ -16,7 +16,7 @@ from typing import Any
 
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.iceberg.files import TableFiles
-from dagster_incremental.spark.iceberg.metadata import CommittedState
+from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
@@ -225,7 +225,7 @@ class TableService:
         batch is local rows it can write (spark/iceberg/local/python_write.py); None: the writer's paths."""
         if not self._python_may_commit(batch.spec, files):
             return None
-        from dagster_incremental.spark.iceberg.commit import StaleCursor
+        from dagster_incremental.spark.run_commit import StaleCursor
         from dagster_incremental.spark.iceberg.local import catalog_table
         from dagster_incremental.spark.iceberg.local.python_write import write_in_python
 
@@ -251,7 +251,7 @@ class TableService:
         the run read its cursor from (see commit.RunBranch), whatever the catalog. A commit
         refused only because another writer moved the table without touching this cursor (a
         backfill, a compaction) is made again on the new snapshot."""
-        from dagster_incremental.spark.iceberg.commit import BaseMoved, CursorGuard, StaleCursor
+        from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 
         guard = CursorGuard(batch.expected_snapshot_id, batch.commit.scope) if batch.check_stale else None
         for _ in range(PUBLISH_ATTEMPTS):

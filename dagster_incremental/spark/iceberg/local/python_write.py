@@ -131,7 +131,7 @@ def _local_rows(batch: IncrementalBatch) -> LocalRows | None:
 
 
 def _refuse_stale(metadata: TableMetadata, batch: IncrementalBatch) -> None:
-    from dagster_incremental.spark.iceberg.commit import StaleCursor
+    from dagster_incremental.spark.run_commit import StaleCursor
 
     current = metadata.committed_cursor(batch.commit.scope)
     if (current.snapshot_id if current is not None else None) != batch.expected_snapshot_id:
@@ -185,7 +185,7 @@ def _exact_cast(source: pa.DataType, target: pa.DataType) -> bool:
 
 
 def _properties(batch: IncrementalBatch) -> dict[str, str]:
-    from dagster_incremental.spark.iceberg.commit import commit_properties, new_commit_id
+    from dagster_incremental.spark.run_commit import commit_properties, new_commit_id
 
     return commit_properties(batch.commit, commit_id=new_commit_id())
 
