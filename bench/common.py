@@ -214,7 +214,7 @@ PHASES = (
     "dagster_incremental.spark.local.stage:_page_to_arrow",
     "dagster_incremental.spark.local.stage:arrow_to_spark",
     "dagster_incremental.spark.boundary_check:drop_rows_already_loaded",
-    "dagster_incremental.spark.iceberg.tables:TableService._refuse_stale_writer",
+    "dagster_incremental.spark.tables:refuse_stale",
     "dagster_incremental.spark.iceberg.writer:TableWriter.write",
     "dagster_incremental.spark.merge.prepare:prepare_batch",
     "dagster_incremental.spark.iceberg.writer:TableWriter._merge",
@@ -232,7 +232,7 @@ PHASES = (
     # the rest of a run: the asset's compute up to its Output, the IO manager, the checks after it
     "dagster_incremental.dagster.run:Runner._run",
     "dagster_incremental.dagster.io_manager:SparkTableIOManager.handle_output",
-    "dagster_incremental.spark.iceberg.tables:TableService._compact_if_needed",
+    "dagster_incremental.spark.iceberg.tables:IcebergTables.after_commit",
     "dagster_incremental.dagster.checks:primary_key_unique",
     "dagster_incremental.dagster.io_manager:SparkTableIOManager.duplicate_keys",
     "dagster_incremental.spark.local.dedup:decide",

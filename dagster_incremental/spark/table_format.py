@@ -1,19 +1,82 @@
-"""The seam between the two table formats: what a format's one commit offers the format-neutral
-statements (the strategies' MERGE, the window replace) that run as it. The destination's format
-is chosen in one place: spark/destination.py.
+"""The seam between the table formats: what a run asks of one destination's tables (`Tables`:
+the cursor in force, the one commit with its compare-and-set, the figures, the history, the
+reads), what a format's writer takes (`Writer`), and what a format's one commit offers the
+format-neutral statements that run as it (`DataCommit`: the strategies' MERGE, the window replace).
 
-Iceberg: spark/iceberg/tables.py + spark/iceberg/writer.py + spark/iceberg/commit.py (and the in-process path,
-spark/local/). Delta: spark/delta/. Staging, dedup, the strategies' SQL, schema fitting and the
-cursor are shared; each format keeps only how it commits and reads its own history."""
+The formats are siblings that implement it: spark/iceberg/ and spark/delta/ (their shared half is
+spark/tables.py). spark/destination.py is the one place that picks a format. Staging, dedup, the
+strategies' SQL, schema fitting, the commit's guard and the cursor belong to neither."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import WriteSpec
+from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from dagster_incremental.spark.committed_state import CommittedState
+    from dagster_incremental.spark.key_check import DuplicateKeys
+    from dagster_incremental.spark.run_commit import CursorGuard
+
+
+class Log(Protocol):
+    """Where a commit's maintenance reports (Dagster's run log)."""
+
+    def info(self, msg: str) -> None: ...
+
+    def warning(self, msg: str) -> None: ...
+
+
+class Writer(Protocol):
+    """A format's writer: one run's batch into its table as ONE commit carrying the cursor."""
+
+    def write(self, spec: WriteSpec, batch: Any, *, commit: CommitInfo, window: WindowReplace | None = None,
+              full_refresh: bool = False, run_started_at: datetime | None = None, deduplicated: bool = False,
+              guard: CursorGuard | None = None) -> WriteResult: ...
+
+
+class Tables(Protocol):
+    """One destination's tables, as the IO manager and the run loop ask of them (any format)."""
+
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def spark_started(self) -> bool: ...
+
+    def start_in_background(self, spec: WriteSpec | None = None) -> None: ...
+
+    def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef: ...
+
+    def storage_catalog(self, catalog: str) -> str: ...  # the Spark catalog a storage error names
+
+    def committed_state(self, table: TableRef, scope: str | None) -> CommittedState | None: ...
+
+    def unchanged(self, table: TableRef) -> WriteResult: ...
+
+    def only_rewrites_left(self, table: TableRef) -> bool: ...
+
+    def snapshot(self, table: TableRef) -> int | None: ...
+
+    def commits_since(self, table: TableRef, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None: ...
+
+    def duplicate_keys(self, table: TableRef, keys: Sequence[str], **options: Any) -> DuplicateKeys: ...
+
+    def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], *, snapshot_id: int | None,
+                                   current: tuple[str, Any] | None, examples: int) -> DuplicateKeys | None: ...
+
+    def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list: ...
+
+    def read(self, table: TableRef, window: WindowReplace | None = None) -> DataFrame: ...
+
+    def write_frame(self, spec: WriteSpec, frame: DataFrame, run_id: str, window: WindowReplace | None) -> WriteResult: ...
+
+    def commit(self, batch: IncrementalBatch, asset: str, log: Log) -> tuple[WriteResult, int | None]: ...
 
 
 class DataCommit(Protocol):

@@ -34,7 +34,7 @@ HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_s
 
 
 class Table:
-    """One table of the test's namespace, written through its destination's TableService."""
+    """One table of the test's namespace, written through its destination's tables (IcebergTables)."""
 
     def __init__(self, catalog, namespace: str, name: str, python: bool) -> None:
         self.catalog = catalog
