@@ -57,7 +57,7 @@ class UpstreamInputs:
         """What each slice of the run reads of each parameter's upstream: from the cursor in
         `state` (everything when `restart`) to the upstream's current snapshot, cut into reads
         of at most `commits_per_slice` upstream commits (one upstream, checked at definition)."""
-        from dagster_incremental.spark.changes import check_same_table, snapshot_history, table_identity
+        from dagster_incremental.spark.iceberg.changes import check_same_table, snapshot_history, table_identity
 
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
         reads = {}
@@ -83,7 +83,7 @@ class UpstreamInputs:
              window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
         """Each parameter's changes as `reads` plans them; window (start, end, column): only the
         changed rows whose column lies in [start, end)."""
-        from dagster_incremental.spark.changes import read_changes, rows_in_window, table_at
+        from dagster_incremental.spark.iceberg.changes import read_changes, rows_in_window, table_at
 
         out = {}
         for name, read in reads.items():
@@ -107,7 +107,7 @@ class UpstreamInputs:
         a first run or full refresh (every upstream row) nor when the commits read touched more
         than SMALL_CHANGE_ROWS rows (the output would then be computed twice: collected in
         vain, then written by Spark), else up to SMALL_CHANGE_ROWS."""
-        from dagster_incremental.spark.changes import rows_written
+        from dagster_incremental.spark.iceberg.changes import rows_written
 
         if not reads or any(read.kind == "full" for read in reads.values()):
             return 0
@@ -122,7 +122,7 @@ class UpstreamInputs:
         read (a full read: the rows the upstream held at that snapshot; else the rows the
         commits read added or deleted, by their summaries)."""
         from dagster_incremental.cursor.values import format_instant
-        from dagster_incremental.spark.changes import rows_written, snapshot_facts
+        from dagster_incremental.spark.iceberg.changes import rows_written, snapshot_facts
 
         out = {}
         for name, key in self.keys.items():

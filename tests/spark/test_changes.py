@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from dagster_incremental.cursor.upstream import plan_read
-from dagster_incremental.spark.changes import read_changes, snapshot_history
+from dagster_incremental.spark.iceberg.changes import read_changes, snapshot_history
 from dagster_incremental.spark.table_ref import TableRef
 
 pytestmark = pytest.mark.spark

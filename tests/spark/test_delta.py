@@ -203,7 +203,7 @@ def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spa
     upstream's rows at the version it read up to, whatever the upstream did in between
     (MERGE, DELETE, OPTIMIZE, RESTORE, overwrite) and wherever the reads fall."""
     from dagster_incremental.cursor.upstream import plan_read
-    from dagster_incremental.spark.changes import read_changes, snapshot_history
+    from dagster_incremental.spark.iceberg.changes import read_changes, snapshot_history
 
     name = "c_" + uuid.uuid4().hex[:8]
     table = TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")

@@ -1,4 +1,4 @@
-"""What a Delta upstream changed between two of its versions, for `spark/changes.py`'s change
+"""What a Delta upstream changed between two of its versions, for `spark/iceberg/changes.py`'s change
 read (which marks and nets the rows as it does for Iceberg).
 
 Delta writes copy-on-write here (no deletion vectors): every change adds and removes whole data
