@@ -21,7 +21,7 @@ from dagster_incremental.spark.schema_evolution import (
     creatable_schema,
     plan_schema_change,
 )
-from dagster_incremental.spark.table_format import DataCommit
+from dagster_incremental.spark.data_commit import DataCommit
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteSpec
 

@@ -9,16 +9,18 @@ strategies' SQL, schema fitting, the commit's guard and the cursor belong to nei
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dagster_incremental.spark.data_commit import DataCommit
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
     from dagster_incremental.spark.committed_state import CommittedState
     from dagster_incremental.spark.key_check import DuplicateKeys
     from dagster_incremental.spark.run_commit import CursorGuard
@@ -57,8 +59,6 @@ class Tables(Protocol):
 
     def committed_state(self, table: TableRef, scope: str | None) -> CommittedState | None: ...
 
-    def unchanged(self, table: TableRef) -> WriteResult: ...
-
     def only_rewrites_left(self, table: TableRef) -> bool: ...
 
     def snapshot(self, table: TableRef) -> int | None: ...
@@ -79,25 +79,33 @@ class Tables(Protocol):
     def commit(self, batch: IncrementalBatch, asset: str, log: Log) -> tuple[WriteResult, int | None]: ...
 
 
-class DataCommit(Protocol):
-    """The one commit a write makes, as a statement written against `target` runs as it."""
+class UpstreamChanges(Protocol):
+    """What a `Changes` read asks of an upstream table's format (spark/upstream_changes.py nets
+    the two sides it returns and marks each row)."""
 
-    @property
-    def spec(self) -> WriteSpec: ...
+    def snapshot_history(self, spark: SparkSession, table: TableRef) -> tuple[list[Snapshot], int | None]: ...
 
-    @property
-    def commit_id(self) -> str: ...
+    def table_id(self, table: TableRef) -> str | None: ...  # tells a table created again at one place
 
-    @property
-    def started(self) -> datetime: ...  # the run's start: scd2's default boundary
+    def missing(self, spark: SparkSession, table: TableRef) -> bool: ...
 
-    @property
-    def case_sensitive(self) -> bool: ...
+    def rows_written(self, spark: SparkSession, table: TableRef, commits: Sequence[int], above: int) -> int: ...
 
-    @property
-    def table(self) -> TableRef: ...
+    def snapshot_facts(self, spark: SparkSession, table: TableRef, snapshot_id: int,
+                       rows: bool) -> tuple[int | None, int | None]: ...
 
-    @property
-    def target(self) -> TableRef: ...
+    def table_at(self, spark: SparkSession, table: TableRef, snapshot_id: int | None) -> DataFrame: ...
 
-    def run(self, spark: Any, fn: Callable[[], Any]) -> Any: ...
+    def changed_rows(self, spark: SparkSession, table: TableRef,
+                     read: UpstreamRead) -> tuple[DataFrame, DataFrame | None]: ...
+
+
+class FormatPackage(Protocol):
+    """A format's package (spark/iceberg/, spark/delta/), as spark/destination.py picks one."""
+
+    def open_tables(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> Tables: ...
+
+    def upstream_changes(self) -> UpstreamChanges: ...
+
+
+__all__ = ["DataCommit", "FormatPackage", "Log", "Tables", "UpstreamChanges", "Writer"]

@@ -120,10 +120,6 @@ class SparkTables(ABC, Generic[Now]):
         self.session = DestinationSession(conf)
 
     @property
-    def conf(self) -> Mapping[str, str]:
-        return self.session.conf
-
-    @property
     def spark(self) -> SparkSession:
         return self.session.spark
 
@@ -205,32 +201,32 @@ class SparkTables(ABC, Generic[Now]):
             if batch.spec.disposition != "replace" or not unchanged.row_count:
                 return unchanged, batch.expected_snapshot_id
         with now.commit_lock():
-            result = self.write_in_process(batch, asset, now) or self.write_guarded(batch, asset)
+            result = self.write_in_process(batch, asset, now) or write_guarded(self.writer, batch, asset)
             self.after_commit(log, table, result)
         return result, result.snapshot_id
 
-    def write_guarded(self, batch: IncrementalBatch, asset: str) -> WriteResult:
-        """The writer's one commit; for a cursor-carrying run a compare-and-set on the snapshot
-        the run read its cursor from, whatever the format. A commit refused only because another
-        writer moved the table without touching this cursor (a backfill, a compaction) is made
-        again on the new snapshot."""
-        guard = CursorGuard(batch.expected_snapshot_id, batch.commit.scope) if batch.check_stale else None
-        for _ in range(PUBLISH_ATTEMPTS):
-            try:
-                return self.writer.write(
-                    batch.spec, batch.data, commit=batch.commit, window=batch.window, full_refresh=batch.full_refresh,
-                    run_started_at=batch.run_started_at, deduplicated=batch.deduplicated, guard=guard,
-                )
-            except StaleCursor as exc:
-                raise stale_error(asset, batch.spec.table, exc.run_id) from None
-            except BaseMoved:
-                continue
-        raise ConcurrentRunError(
-            f"asset {asset}: other writers committed to {batch.spec.table.display} during each of "
-            f"this run's {PUBLISH_ATTEMPTS} attempts to commit, so it wrote nothing. Re-run it; "
-            "limit the asset's concurrency pool to 1 to have runs wait their turn.",
-            asset=asset, table=batch.spec.table.display,
-        )
+def write_guarded(writer: Writer, batch: IncrementalBatch, asset: str) -> WriteResult:
+    """The writer's one commit; for a cursor-carrying run a compare-and-set on the snapshot
+    the run read its cursor from, whatever the format. A commit refused only because another
+    writer moved the table without touching this cursor (a backfill, a compaction) is made
+    again on the new snapshot."""
+    guard = CursorGuard(batch.expected_snapshot_id, batch.commit.scope) if batch.check_stale else None
+    for _ in range(PUBLISH_ATTEMPTS):
+        try:
+            return writer.write(
+                batch.spec, batch.data, commit=batch.commit, window=batch.window, full_refresh=batch.full_refresh,
+                run_started_at=batch.run_started_at, deduplicated=batch.deduplicated, guard=guard,
+            )
+        except StaleCursor as exc:
+            raise stale_error(asset, batch.spec.table, exc.run_id) from None
+        except BaseMoved:
+            continue
+    raise ConcurrentRunError(
+        f"asset {asset}: other writers committed to {batch.spec.table.display} during each of "
+        f"this run's {PUBLISH_ATTEMPTS} attempts to commit, so it wrote nothing. Re-run it; "
+        "limit the asset's concurrency pool to 1 to have runs wait their turn.",
+        asset=asset, table=batch.spec.table.display,
+    )
 
 
 def refuse_stale(now: TableNow, batch: IncrementalBatch, asset: str) -> CommittedState | None:

@@ -48,7 +48,7 @@ class DeltaTables(SparkTables["DeltaNow"]):
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
         if on_s3(self.warehouse) and not self._s3_settings_set:  # at first use: the conf holds secrets
-            use_s3_settings(S3Settings.from_spark_conf(self.conf))
+            use_s3_settings(S3Settings.from_spark_conf(self.session.conf))
             self._s3_settings_set = True
         name = TableRef.for_asset(catalog, namespace, key_path)
         return name.at("/".join((self.warehouse, *name.namespace, name.name)))
@@ -60,7 +60,7 @@ class DeltaTables(SparkTables["DeltaNow"]):
     def writer(self) -> DeltaWriter:
         from dagster_incremental.spark.delta.writer import DeltaWriter
 
-        return DeltaWriter(lambda: self.spark, settings=self.conf)
+        return DeltaWriter(lambda: self.spark, settings=self.session.conf)
 
     def now(self, table: TableRef) -> DeltaNow:
         return DeltaNow(self, table, _log(table))

@@ -45,7 +45,7 @@ class IcebergTables(SparkTables["IcebergNow"]):
 
     def files(self, table: TableRef) -> TableFiles:
         """The table's files as they are now (read once; see TableFiles)."""
-        return TableFiles.find(self.conf, table)
+        return TableFiles.find(self.session.conf, table)
 
     def now(self, table: TableRef) -> IcebergNow:
         return IcebergNow(self, self.files(table))
@@ -93,7 +93,7 @@ class IcebergTables(SparkTables["IcebergNow"]):
         from dagster_incremental.spark.local.key_check import iceberg_duplicates
 
         files = self.files(table)
-        loaded = catalog_table.load(self.conf, files) if catalog_table.reachable(self.conf, files) else None
+        loaded = catalog_table.load(self.session.conf, files) if catalog_table.reachable(self.session.conf, files) else None
         if loaded is None:
             return None
         return iceberg_duplicates(loaded[0], keys, snapshot_id=snapshot_id, current=current, examples=examples)
@@ -117,7 +117,7 @@ class IcebergTables(SparkTables["IcebergNow"]):
         from dagster_incremental.spark.run_commit import StaleCursor
 
         try:
-            return write_in_python(lambda: catalog_table.load(self.conf, files), batch, self._case_sensitive,
+            return write_in_python(lambda: catalog_table.load(self.session.conf, files), batch, self._case_sensitive,
                                    jvm_running=self.spark_started)
         except StaleCursor as exc:
             raise stale_error(asset, batch.spec.table, exc.run_id) from None
@@ -131,11 +131,11 @@ class IcebergTables(SparkTables["IcebergNow"]):
         from dagster_incremental.spark.iceberg.local import catalog_table
         from dagster_incremental.spark.iceberg.local.python_write import takes
 
-        return takes(spec) and catalog_table.reachable(self.conf, files)
+        return takes(spec) and catalog_table.reachable(self.session.conf, files)
 
     @property
     def _case_sensitive(self) -> bool:
-        return str(self.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+        return str(self.session.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
 
     def after_commit(self, log: Log, table: TableRef, result: WriteResult) -> None:
         """Fold merge-on-read delete files into the data (see maintenance). The run's data and

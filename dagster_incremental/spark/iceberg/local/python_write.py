@@ -52,7 +52,7 @@ def takes(spec: WriteSpec) -> bool:
     """Whether this disposition can be committed by pyiceberg (the batch decides the rest)."""
     if importlib.util.find_spec("pyiceberg") is None:  # a dependency; an install may lack it
         return False
-    if spec.table_format != "iceberg" or spec.partition_by or spec.delete_missing or spec.table_properties:
+    if spec.partition_by or spec.delete_missing or spec.table_properties:
         return False
     if spec.disposition == "append":
         return True
