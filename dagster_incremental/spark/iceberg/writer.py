@@ -13,28 +13,19 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark import merge
-from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state
+from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch
 from dagster_incremental.spark.committed_state import CommittedState
-from dagster_incremental.spark.run_commit import CursorGuard
+from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state
 from dagster_incremental.spark.iceberg.local.write import write_local
-from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch, prunable_partition_by
-from dagster_incremental.spark.merge import upsert
-from dagster_incremental.spark.partitioning import partition_bounds
-from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
+from dagster_incremental.spark.merge import upsert
+from dagster_incremental.spark.run_commit import CursorGuard
+from dagster_incremental.spark.statements import run_merge, window_rows
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
-from dagster_incremental.spark.table_create import (
-    TableAlreadyExists,
-    create_as_select,
-    create_table,
-    ensure_namespace,
-    rows_to_insert,
-)
+from dagster_incremental.spark.table_create import TableAlreadyExists, create_as_select, create_table, ensure_namespace
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
@@ -172,26 +163,13 @@ class TableWriter:
     def _merge(
         self, pending: PendingCommit, aligned: DataFrame, table_schema: T.StructType, local_count: int | None
     ) -> WriteResult:
-        """The strategy's ONE MERGE, its ON condition narrowed by the batch's partition bounds
-        (only on partition columns where that is sound: see prunable_partition_by)."""
+        """The strategy's ONE MERGE (spark/statements.py), counted by the batch's keys where the
+        merge replaces by key."""
         spark, spec = self.spark, pending.spec
-        view = f"di_source_{pending.commit_id}"
-        aligned.createOrReplaceTempView(view)
-        try:
-            counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
-            if counted is not None:
-                spec = upsert.for_extract(spec, counted.rows + counted.tombstones)
-            text, args = merge.strategy_for(spec).merge_statement(
-                spec,
-                target=pending.target,
-                source_view=view,
-                columns=table_schema.fieldNames(),
-                run_started_at=pending.started,
-                prune=partition_bounds(aligned, prunable_partition_by(spec, aligned.columns)),
-            )
-            pending.run(spark, lambda: spark.sql(text, args=dict(args)))
-        finally:
-            spark.catalog.dropTempView(view)
+        counted = batch_rows(aligned, spec, local_count) if spec.replaces_by_key else None
+        if counted is not None:
+            spec = upsert.for_extract(spec, counted.rows + counted.tombstones)
+        run_merge(spark, pending, spec, aligned, table_schema.fieldNames())
         if counted is not None:
             return commit_result(spark, pending, kind="keyed", batch_rows=counted, aligned=aligned)
         return commit_result(spark, pending, kind="changes", keys=pairing_key(spec))
@@ -205,13 +183,8 @@ class TableWriter:
         window: WindowReplace,
     ) -> WriteResult:
         """The window's rows replaced by the batch's (for merge: its deduplicated rows)."""
-        spec, rows, moved_keys = pending.spec, aligned, None
-        if rows is not None and spec.disposition == "merge" and spec.primary_key:
-            # A key whose row now lies in this window may still have its old version in
-            # another window: delete the batch's keys (tombstones too) wherever they are.
-            moved_keys = rows.select(*(F.col(quote(k)) for k in spec.primary_key)).distinct()
-        if rows is not None and helpers:
-            rows = rows_to_insert(rows, helpers)
+        spec = pending.spec
+        rows, moved_keys = window_rows(spec, aligned, helpers)
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
         return commit_result(self.spark, pending, kind="window", keys=pairing_key(spec), window=window)
 
