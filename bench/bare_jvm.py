@@ -41,7 +41,7 @@ import glob, json, os, sys, time
 t0 = time.perf_counter()
 warehouse = sys.argv[2]
 if sys.argv[1] == "session":
-    from dagster_incremental.spark.commit import iceberg_table
+    from dagster_incremental.spark.iceberg.commit import iceberg_table
     from dagster_incremental.spark.session import build_spark_session, spark_conf
     from dagster_incremental.spark.table_ref import TableRef
     spark = build_spark_session(spark_conf(master="local[*]", catalog="lake", warehouse=warehouse,

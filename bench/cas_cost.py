@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     import dagster as dg
 
     from dagster_incremental import SparkTableIOManager
-    from dagster_incremental.spark.commit import RunBranch
+    from dagster_incremental.spark.iceberg.commit import RunBranch
 
     clock = _Clock()
     _instrument(SparkTableIOManager, RunBranch, clock)

@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
     partition_by = [p.strip() for p in args.partition_by.split(";" if ";" in args.partition_by else "|") if p.strip()]
 
     from dagster_incremental.spark.table_ref import TableRef
-    from dagster_incremental.spark.writer import TableWriter, prunable_partition_by
+    from dagster_incremental.spark.iceberg.writer import TableWriter
+    from dagster_incremental.spark.batch_fit import prunable_partition_by
     from dagster_incremental.spark.write_spec import WriteSpec
 
     timer = common.instrument()

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     import dagster as dg
 
     if args.rows_per_file:
-        from dagster_incremental.spark.local import append
+        from dagster_incremental.spark.iceberg.local import append
 
         append.ROWS_PER_FILE = args.rows_per_file
     state = {"run": 0}

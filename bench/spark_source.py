@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     from dagster_incremental import Incremental, incremental, incremental_asset
     from dagster_incremental.spark.table_create import DEFAULT_TABLE_PROPERTIES
     from dagster_incremental.spark.table_ref import TableRef
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
     start_s = EPOCH_S + int(args.rows * (1 - args.keep))

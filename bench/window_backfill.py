@@ -59,7 +59,7 @@ def measure(spark, wd: common.Workdir, args: argparse.Namespace) -> dict:
     from dagster_incremental.spark.delta.writer import DeltaWriter
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteSpec
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
 
     delta = args.format == "delta"
     table = TableRef(common.CATALOG, (common.NAMESPACE,), "orders")

@@ -81,7 +81,7 @@ def snapshots(spark, io, asset_name: str) -> list[int]:
         return []
     table = io.table_name(dg.AssetKey(asset_name))
     if table.location is not None:  # a Delta table: the versions a run's commit made
-        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
+        from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY
         from dagster_incremental.spark.delta.log import DeltaLog
 
         return [c.version for c in DeltaLog(table.location).commits_since(None) if COMMIT_ID_PROPERTY in c.properties]

@@ -39,7 +39,7 @@ def pyiceberg_catalogs() -> list:
     from pyiceberg.catalog.rest import RestCatalog
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+    from dagster_incremental.spark.iceberg.local.hadoop_commit import HadoopFolderCatalog
 
     return [HadoopFolderCatalog, SqlCatalog, RestCatalog]
 
@@ -69,7 +69,7 @@ def main() -> int:
     from attack_support import QUIET, source_asset
     from catalogs import SMALL_DATA_CONF, runner_spark_config, runner_table_format
     from dagster_incremental import SparkTableIOManager
-    from dagster_incremental.spark import commit as spark_commit, writer as table_writer
+    from dagster_incremental.spark.iceberg import commit as spark_commit, writer as table_writer
     from dagster_incremental.spark.delta.commit import DeltaCommit
     from dagster_incremental.spark.delta.writer import DeltaWriter
     rows = json.loads(Path(os.environ["FAULT_SOURCE"]).read_text())
@@ -98,7 +98,7 @@ def main() -> int:
     if point == "before-commit":
         # Die between the local write path's files and its Iceberg commit (a merge's; an
         # append's): the files are in the table's location, and nobody's.
-        from dagster_incremental.spark.local import append as local_append, merge as local_merge
+        from dagster_incremental.spark.iceberg.local import append as local_append, merge as local_merge
 
         def die_instead(*args, **kwargs):
             die()
@@ -138,7 +138,7 @@ def main() -> int:
     elif point == "after-commit":
         for writer in (table_writer.TableWriter, DeltaWriter):
             writer.write = _then_die(writer.write)
-        from dagster_incremental.spark.local import python_write
+        from dagster_incremental.spark.iceberg.local import python_write
 
         committed_by_pyiceberg = python_write.write_in_python
 

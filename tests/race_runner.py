@@ -83,7 +83,7 @@ def history_commits(spark, table) -> list[tuple[dict[str, str], bool]]:
         found = [(v, log.commit(v)) for v in log.versions()]
         return [({**c.properties, "operation": c.operation}, i == 0 and log.row_count(v) == 0)
                 for i, (v, c) in enumerate(found) if c is not None]
-    from dagster_incremental.spark.commit import iceberg_table, java_json
+    from dagster_incremental.spark.iceberg.commit import iceberg_table, java_json
 
     iceberg = iceberg_table(spark, table)
     iceberg.refresh()

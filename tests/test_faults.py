@@ -41,12 +41,12 @@ from attack_support import (
 from catalogs import ICEBERG_ONLY, assert_other_readers_agree, plain, to_env
 from instances import RUNNER_HOME_YAML
 from dagster_incremental import SparkTableIOManager
-from dagster_incremental.spark import commit as spark_commit, writer as table_writer
+from dagster_incremental.spark.iceberg import commit as spark_commit, writer as table_writer
 from dagster_incremental.spark.delta import in_process as delta_in_process, s3_lease
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.writer import DeltaWriter
-from dagster_incremental.spark.local import python_write
-from dagster_incremental.spark.local.hadoop_commit import HadoopFolderCatalog
+from dagster_incremental.spark.iceberg.local import python_write
+from dagster_incremental.spark.iceberg.local.hadoop_commit import HadoopFolderCatalog
 
 pytestmark = pytest.mark.spark
 
@@ -132,8 +132,8 @@ def fault(point: str, monkeypatch, history: History, feed: dict):
 
         from pyspark.sql.readwriter import DataFrameWriterV2
 
-        from dagster_incremental.spark.local import merge as local_merge
-        from dagster_incremental.spark.local.append import LocalAppend
+        from dagster_incremental.spark.iceberg.local import merge as local_merge
+        from dagster_incremental.spark.iceberg.local.append import LocalAppend
 
         monkeypatch.setattr(spark_commit, "with_commit_properties", refuse_statement)
         monkeypatch.setattr(LocalAppend, "commit", refuse_append)  # local rows: pyarrow files + Java API commit

@@ -95,7 +95,7 @@ def test_a_cycle_through_a_function_level_or_type_checking_import_is_found(tmp_p
 
 
 def layer(module: str) -> str:
-    """dagster_incremental.spark.local.merge -> "spark"; the root's own modules are "errors" or "root"."""
+    """dagster_incremental.spark.iceberg.local.merge -> "spark"; the root's own modules are "errors" or "root"."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] in ("__init__", "__main__"):
         return "root"

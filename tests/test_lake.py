@@ -6,7 +6,7 @@ Why SeaweedFS's own catalog and not Iceberg's REST fixture server: it is one PyP
 is its own object store (the fixture server's S3 warehouse would need this server anyway, plus a
 Maven jar and a JVM more), both engines commit to it with snapshot properties, and it enforces
 a commit's requirements (a commit on a stale `main` is refused: the compare-and-set of
-spark/commit.py holds), as the first test shows without a JVM.
+spark/iceberg/commit.py holds), as the first test shows without a JVM.
 
 Every catalog-parametrized suite runs on it too (conftest.py's `catalog`: `rest`), in the shared
 Spark session, whose Iceberg runtime and AWS bundle are of one version (tests/maven_jars.py).
@@ -56,12 +56,12 @@ def test_pyiceberg_commits_with_properties_a_stale_commit_is_refused_and_duckdb_
 
 
 def test_a_tables_metadata_and_cursor_are_read_from_the_rest_catalog_without_a_jvm(rest_catalog):
-    """spark/table_files.py asks the REST catalog itself (loadTable's metadata) as it reads a
+    """spark/iceberg/files.py asks the REST catalog itself (loadTable's metadata) as it reads a
     Hadoop table's metadata file: a run with nothing to write needs no Spark session."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from dagster_incremental.spark.table_files import TableFiles
+    from dagster_incremental.spark.iceberg.files import TableFiles
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import STATE_PROPERTY
 

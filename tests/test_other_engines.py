@@ -25,7 +25,7 @@ EXPECTED = [(1, "new"), (2, "paid"), (3, "new"), (4, "new")]
 def orders_table(spark, spark_warehouse, instance, tmp_path, monkeypatch) -> tuple[str, str]:
     """(the table's folder in the default Hadoop warehouse, its Spark name) after two runs; the
     change run writes position deletes (as a change scattered over a large table does)."""
-    from dagster_incremental.spark.local import python_write
+    from dagster_incremental.spark.iceberg.local import python_write
 
     monkeypatch.setattr(python_write, "MAX_REWRITE_ROWS", 0)
     monkeypatch.setattr(python_write, "MAX_REWRITE_ROWS_WITH_JVM", 0)

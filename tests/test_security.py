@@ -152,7 +152,7 @@ def test_injection_in_names_and_values_is_stored_verbatim(strategy, spark, env):
 
 def test_a_rest_catalogs_credential_and_token_never_show_in_its_settings_repr():
     """A REST catalog's settings object may reach a log line or a traceback: its secrets stay out."""
-    from dagster_incremental.spark.rest_catalog import RestCatalogConf
+    from dagster_incremental.spark.iceberg.rest_catalog import RestCatalogConf
 
     key = "spark.sql.catalog.shop"
     conf = {key: "org.apache.iceberg.spark.SparkCatalog", f"{key}.type": "rest", f"{key}.uri": "http://127.0.0.1:1",

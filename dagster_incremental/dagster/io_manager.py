@@ -1,7 +1,7 @@
 """SparkTableIOManager: Dagster's side of the destination's tables.
 
 Like Dagster's own DbIOManager, this class is a thin shell: it turns Dagster contexts into a
-table name, a WriteSpec and a window, hands the work to the destination's `TableService` (Spark
+table name, a WriteSpec and a window, hands the work to the destination's `Tables` (Spark
 and Iceberg, one atomic commit per run), and reports what the commit did as materialization
 metadata (rendered in dagster/metadata.py; README: "What you see").
 """
@@ -23,10 +23,10 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session import spark_conf
-from dagster_incremental.spark.table_metadata import CommittedState
+from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.destination import tables_for
-from dagster_incremental.spark.table_service import TableService
+from dagster_incremental.spark.table_format import Log, Tables
 from dagster_incremental.spark.write_spec import IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 _SERVICE_LOCK = threading.Lock()
@@ -78,7 +78,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         "against the incremental assets defined with it when Dagster loads the code location.",
     )
 
-    _tables: Any = PrivateAttr(default=None)
+    _tables: Tables | None = PrivateAttr(default=None)
 
     @classmethod
     def from_config(cls, path: str | Path | None = None) -> SparkTableIOManager:
@@ -121,8 +121,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
     # -- the destination's tables -----------------------------------------------------------------
 
     @property
-    def tables(self) -> TableService:
-        """The destination's TableService (one per IO manager instance, built on first use)."""
+    def tables(self) -> Tables:
+        """The destination's tables, of its format (one per IO manager instance, built on first use)."""
         if self._tables is None:
             with _SERVICE_LOCK:
                 if self._tables is None:
@@ -181,9 +181,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         """The cursor stored with the table's newest commit (None if the table has none)."""
         return self.tables.committed_state(self.table_name(asset_key), scope)
 
-    def commit_batch(self, batch: IncrementalBatch, asset_key: dg.AssetKey, log: Any) -> tuple[WriteResult, int | None]:
+    def commit_batch(self, batch: IncrementalBatch, asset_key: dg.AssetKey, log: Log) -> tuple[WriteResult, int | None]:
         """Commit `batch` (rows and cursor in one commit, as handle_output does); see
-        TableService.commit. A run cut into slices commits all but its output this way. Says
+        Tables.commit. A run cut into slices commits all but its output this way. Says
         the commit before and after it (progress.py): a merge into a large table takes a while."""
         asset, table = asset_key.to_user_string(), batch.spec.table.display
         rows = getattr(batch.data, "num_rows", None)  # local rows know their count; a Spark frame doesn't
@@ -254,9 +254,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         try:
             conf = self._spark_conf()  # the keys the session was built with (no value is shown)
             table = self.table_name(asset_key).display
+            catalog = self.tables.storage_catalog(self.catalog)
         except Exception:  # noqa: BLE001 - the destination itself is misconfigured: its own error stands
             return None
-        catalog = "spark_catalog" if self.table_format == "delta" else self.catalog
         warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse") or self._warehouse()
         problem = storage_problem(exc, catalog, warehouse, conf)
         return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"

@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -47,6 +47,9 @@ from dagster_incremental.spark.boundary_check import drop_rows_already_loaded
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import stage_batches
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
+
+if TYPE_CHECKING:
+    from dagster_incremental.dagster.io_manager import SparkTableIOManager
 
 Runs = Mapping[str, Any]  # incremental argument -> its IncrementalRun
 
@@ -140,7 +143,7 @@ class MaterializationRun:
     """What one materialization carries from its plan to its Output."""
 
     context: dg.AssetExecutionContext
-    io: Any  # the SparkTableIOManager
+    io: SparkTableIOManager
     plan: Plan
     stored: Mapping[str | None, StoredState]  # the cursor in force per scope (see Runner._stored_states)
     spec: WriteSpec
@@ -466,7 +469,7 @@ class Runner:
             return self.func(context, **kwargs)
         return self.func(**kwargs)
 
-    def _io(self, context) -> Any:
+    def _io(self, context) -> SparkTableIOManager:
         return getattr(context.resources, self.io_manager_key)
 
     def _check_write_keys(self, in_force: AssetState, plan: Plan) -> None:
@@ -507,7 +510,7 @@ def user_errors(asset: str, redactor: Redactor, storage: Callable[[BaseException
         raise
 
 
-def storage_failure(exc: BaseException, io: Any, asset_key: dg.AssetKey) -> str | None:
+def storage_failure(exc: BaseException, io: SparkTableIOManager, asset_key: dg.AssetKey) -> str | None:
     """A storage or catalog failure explained by the IO manager (None: not one, or an IO
     manager of another kind)."""
     explain = getattr(io, "storage_error", None)

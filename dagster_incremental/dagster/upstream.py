@@ -57,20 +57,21 @@ class UpstreamInputs:
         """What each slice of the run reads of each parameter's upstream: from the cursor in
         `state` (everything when `restart`) to the upstream's current snapshot, cut into reads
         of at most `commits_per_slice` upstream commits (one upstream, checked at definition)."""
-        from dagster_incremental.spark.changes import check_same_table, snapshot_history, table_identity
+        from dagster_incremental.spark.destination import changes_for
+        from dagster_incremental.spark.upstream_changes import check_same_table
 
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
-        reads = {}
+        reads, changes = {}, changes_for(io.table_format)
         for name, key in self.keys.items():
             table = io.table_name(key)
-            history, current = snapshot_history(io.spark, table)
+            history, current = changes.snapshot_history(io.spark, table)
             if current is None:
                 raise IncrementalError(
                     f"upstream asset {key.to_user_string()} (parameter {name!r}) has no table {table.display} "
                     "yet, or it has no commit: materialize it first."
                 )
             cursor = cursors.get(name) or {}
-            identity = table_identity(table)
+            identity = changes.table_id(table)
             check_same_table(table, identity, cursor.get("table_id"), cursor.get("snapshot_id"))
             read = plan_read(table.display, history, current, cursor.get("snapshot_id"))
             reads[name] = dataclasses.replace(read, table_id=identity)
@@ -83,9 +84,10 @@ class UpstreamInputs:
              window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
         """Each parameter's changes as `reads` plans them; window (start, end, column): only the
         changed rows whose column lies in [start, end)."""
-        from dagster_incremental.spark.changes import read_changes, rows_in_window, table_at
+        from dagster_incremental.spark.destination import changes_for
+        from dagster_incremental.spark.upstream_changes import read_changes, rows_in_window
 
-        out = {}
+        out, changes = {}, changes_for(io.table_format)
         for name, read in reads.items():
             table = io.table_name(self.keys[name])
             context.log.info(
@@ -93,12 +95,12 @@ class UpstreamInputs:
                 f"{name}: {read.kind} read of {table.display} from snapshot {read.start} to {read.end}"
                 + (f" ({len(read.commits)} commits)" if read.commits else "")
             )
-            frame = read_changes(io.spark, table, read)
+            frame = read_changes(changes, io.spark, table, read)
             if window is not None:
                 frame = rows_in_window(frame, table, *window)
             out[name] = Changes(
                 table.display, read.kind, read.start, read.end,
-                df=frame, table=table_at(io.spark, table, read.end), table_id=read.table_id,
+                df=frame, table=changes.table_at(io.spark, table, read.end), table_id=read.table_id,
             )
         return out
 
@@ -107,13 +109,14 @@ class UpstreamInputs:
         a first run or full refresh (every upstream row) nor when the commits read touched more
         than SMALL_CHANGE_ROWS rows (the output would then be computed twice: collected in
         vain, then written by Spark), else up to SMALL_CHANGE_ROWS."""
-        from dagster_incremental.spark.changes import rows_written
+        from dagster_incremental.spark.destination import changes_for
 
+        changes = changes_for(io.table_format)
         if not reads or any(read.kind == "full" for read in reads.values()):
             return 0
         written = 0
         for name, read in reads.items():
-            written += rows_written(io.spark, io.table_name(self.keys[name]), read.commits, SMALL_CHANGE_ROWS - written)
+            written += changes.rows_written(io.spark, io.table_name(self.keys[name]), read.commits, SMALL_CHANGE_ROWS - written)
         return SMALL_CHANGE_ROWS if written <= SMALL_CHANGE_ROWS else 0
 
     def described(self, io, reads: Sequence[Mapping[str, UpstreamRead]]) -> dict[str, dict[str, Any]]:
@@ -122,17 +125,17 @@ class UpstreamInputs:
         read (a full read: the rows the upstream held at that snapshot; else the rows the
         commits read added or deleted, by their summaries)."""
         from dagster_incremental.cursor.values import format_instant
-        from dagster_incremental.spark.changes import rows_written, snapshot_facts
+        from dagster_incremental.spark.destination import changes_for
 
-        out = {}
+        out, changes = {}, changes_for(io.table_format)
         for name, key in self.keys.items():
             parts = [per_slice[name] for per_slice in reads if name in per_slice]
             if not parts:
                 continue
             table, end = io.table_name(key), parts[-1].end
             full = any(part.kind == "full" for part in parts)
-            at_ms, total = snapshot_facts(io.spark, table, end, rows=full) if end is not None else (None, None)
-            rows = total if full else sum(rows_written(io.spark, table, part.commits, ALL_ROWS) for part in parts)
+            at_ms, total = changes.snapshot_facts(io.spark, table, end, rows=full) if end is not None else (None, None)
+            rows = total if full else sum(changes.rows_written(io.spark, table, part.commits, ALL_ROWS) for part in parts)
             committed = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc) if at_ms is not None else None
             out[name] = {
                 "table": table.display,

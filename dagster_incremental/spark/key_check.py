@@ -65,7 +65,7 @@ def duplicate_keys(
 
 def current_snapshot_id(spark, table: TableRef) -> int | None:
     """The table's current snapshot (None: no table, or a table without commits); no Spark job."""
-    from dagster_incremental.spark.commit import iceberg_table
+    from dagster_incremental.spark.iceberg.commit import iceberg_table
 
     if not spark.catalog.tableExists(table.sql):
         return None

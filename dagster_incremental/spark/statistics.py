@@ -14,10 +14,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY, PendingCommit, iceberg_table, java_json, write_options
+from dagster_incremental.spark.iceberg.commit import PendingCommit, iceberg_table, java_json, write_options
+from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import in_window, quote
-from dagster_incremental.spark.table_metadata import LineageEntry, live_row_count, provable_row_count
+from dagster_incremental.spark.iceberg.metadata import LineageEntry, live_row_count, provable_row_count
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
 

@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.commit import PendingCommit
+from dagster_incremental.spark.iceberg.commit import PendingCommit
 from dagster_incremental.spark.partitioning import parse_partition_spec
 from dagster_incremental.spark.schema_evolution import creatable_schema, sql_type
 from dagster_incremental.spark.sql import column_list, quote

@@ -14,7 +14,7 @@ from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.table_format import DataCommit
+from dagster_incremental.spark.data_commit import DataCommit
 from dagster_incremental.spark.sql import column_list, in_window, quote, sql_param
 from dagster_incremental.spark.statistics import resolve_column
 from dagster_incremental.spark.write_spec import WindowReplace

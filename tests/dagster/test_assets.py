@@ -554,8 +554,8 @@ def test_last_run_is_when_the_previous_run_committed(spark, instance, io_manager
 
 @ICEBERG_ONLY
 def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
-    from dagster_incremental.spark import maintenance
-    from dagster_incremental.spark.local import python_write
+    from dagster_incremental.spark.iceberg import maintenance
+    from dagster_incremental.spark.iceberg.local import python_write
     monkeypatch.setattr(maintenance, "COMPACT_AT_DELETED_ROWS", 1)  # this tiny table qualifies
     # a change scattered over a large table: position deletes, not pyiceberg's rewrite of its files
     monkeypatch.setattr(python_write, "MAX_REWRITE_ROWS", 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from dagster_incremental.dagster.state_store import StoredState, reconcile
-from dagster_incremental.spark.commit import CommittedState
+from dagster_incremental.spark.committed_state import CommittedState
 
 T_COMMIT = datetime(2026, 1, 2, tzinfo=timezone.utc)
 BEFORE, AFTER = T_COMMIT.timestamp() - 60, T_COMMIT.timestamp() + 60

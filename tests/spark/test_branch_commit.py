@@ -10,10 +10,11 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.commit import BRANCH_PREFIX, BaseMoved, CursorGuard, RunBranch, StaleCursor
-from dagster_incremental.spark.commit import iceberg_table, read_committed_state
+from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX, RunBranch
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
+from dagster_incremental.spark.iceberg.commit import iceberg_table, read_committed_state
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteSpec
 from catalogs import ICEBERG_ONLY
 

@@ -8,16 +8,17 @@ import uuid
 import pytest
 
 from dagster_incremental.cursor.upstream import plan_read
-from dagster_incremental.spark.changes import read_changes, snapshot_history
+from dagster_incremental.spark.iceberg import changes as iceberg_changes
+from dagster_incremental.spark.upstream_changes import read_changes
 from dagster_incremental.spark.table_ref import TableRef
 
 pytestmark = pytest.mark.spark
 
 
 def changes_since(spark, table: TableRef, cursor):
-    history, current = snapshot_history(spark, table)
+    history, current = iceberg_changes.snapshot_history(spark, table)
     read = plan_read(table.display, history, current, cursor)
-    return read.kind, sorted(tuple(r) for r in read_changes(spark, table, read).collect()), current
+    return read.kind, sorted(tuple(r) for r in read_changes(iceberg_changes, spark, table, read).collect()), current
 
 
 @pytest.mark.parametrize("mode", ["merge-on-read", "copy-on-write"])

@@ -9,12 +9,8 @@ from datetime import datetime, timezone
 import pytest
 from pyspark.errors import AnalysisException
 
-from dagster_incremental.spark.commit import (
-    COMMIT_ID_PROPERTY,
-    commit_properties,
-    read_committed_state,
-    with_commit_properties,
-)
+from dagster_incremental.spark.iceberg.commit import read_committed_state, with_commit_properties
+from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY, commit_properties
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY, CommitInfo
 
@@ -54,7 +50,7 @@ def scope_mechanism(request, monkeypatch):
     """Both ways of scoping commit properties: this thread's JVM ThreadLocal set directly
     (pinned threads, the default) and Iceberg's withCommitProperties callback."""
     if request.param == "callback":
-        monkeypatch.setattr("dagster_incremental.spark.commit._pinned_properties_slot", lambda spark: None)
+        monkeypatch.setattr("dagster_incremental.spark.iceberg.commit._pinned_properties_slot", lambda spark: None)
     return request.param
 
 

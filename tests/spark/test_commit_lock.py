@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from dagster_incremental.spark.table_files import LOCK_FILE, table_commit_lock
+from dagster_incremental.spark.commit_lock import LOCK_FILE, table_commit_lock
 
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from dagster_incremental.spark.table_files import table_commit_lock
+    from dagster_incremental.spark.commit_lock import table_commit_lock
     with table_commit_lock(Path(sys.argv[1]), sys.argv[2:]):
         print("locked", flush=True)
         time.sleep(1.5)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dagster_incremental import Incremental, incremental, incremental_asset
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
@@ -203,7 +203,8 @@ def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spa
     upstream's rows at the version it read up to, whatever the upstream did in between
     (MERGE, DELETE, OPTIMIZE, RESTORE, overwrite) and wherever the reads fall."""
     from dagster_incremental.cursor.upstream import plan_read
-    from dagster_incremental.spark.changes import read_changes, snapshot_history
+    from dagster_incremental.spark.delta import changes as delta_changes
+    from dagster_incremental.spark.upstream_changes import read_changes
 
     name = "c_" + uuid.uuid4().hex[:8]
     table = TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")
@@ -227,9 +228,9 @@ def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spa
             versions = DeltaLog(table.location).versions()
             spark.sql(f"RESTORE TABLE {table.sql} TO VERSION AS OF {versions[arg % len(versions)]}")
         else:
-            history, current = snapshot_history(spark, table)
+            history, current = delta_changes.snapshot_history(spark, table)
             read = plan_read(table.display, history, current, cursor)
-            for row in read_changes(spark, table, read).collect():
+            for row in read_changes(delta_changes, spark, table, read).collect():
                 copy[(row["id"], row["amount"])] += 1 if row["_change_type"] == "INSERT" else -1
             copy = +copy
             cursor = current

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalogs import assert_delta_rs_agrees, delta_by_spark_only
-from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta import in_process
 from dagster_incremental.spark.delta import writer as delta_writer

@@ -10,12 +10,12 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.local.append import LocalAppend
+from dagster_incremental.spark.iceberg.local.append import LocalAppend
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = pytest.mark.spark
@@ -145,7 +145,7 @@ def test_rows_spilled_to_disk_are_deduplicated_across_pages_and_streamed_into_fi
     from dagster_incremental.spark.local.stage import stage_batches
 
     monkeypatch.setattr("dagster_incremental.spark.local.rows.SPILL_BYTES", 1)  # every page to disk
-    monkeypatch.setattr("dagster_incremental.spark.local.append.ROWS_PER_FILE", 150)
+    monkeypatch.setattr("dagster_incremental.spark.iceberg.local.append.ROWS_PER_FILE", 150)
     if not sorted_here:  # a batch too large to sort in this process: Spark keeps the same rows
         monkeypatch.setattr("dagster_incremental.spark.local.dedup.MAX_SORTED_ROWS", 100)
     name = table("spilled")

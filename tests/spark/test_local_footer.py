@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dagster_incremental.spark.commit import iceberg_table
-from dagster_incremental.spark.local.footer import FooterMetrics, footer_bytes
-from dagster_incremental.spark.local.target import local_path
+from dagster_incremental.spark.iceberg.commit import iceberg_table
+from dagster_incremental.spark.iceberg.local.footer import FooterMetrics, footer_bytes
+from dagster_incremental.spark.iceberg.local.target import local_path
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = pytest.mark.spark

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dagster_incremental.spark.local.target import _DEAD, _ROW, _match_ascending, _match_joined, _ordered_single_key
+from dagster_incremental.spark.iceberg.local.target import _DEAD, _ROW, _match_ascending, _match_joined, _ordered_single_key
 
 KEY = pa.field("id", pa.int64())
 keys_ = st.lists(st.one_of(st.none(), st.integers(-20, 20)), max_size=40)

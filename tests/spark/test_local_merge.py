@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.commit import CursorGuard
-from dagster_incremental.spark.commit import iceberg_table
-from dagster_incremental.spark.local import merge as local_merge
+from dagster_incremental.spark.run_commit import CursorGuard
+from dagster_incremental.spark.iceberg.commit import iceberg_table
+from dagster_incremental.spark.iceberg.local import merge as local_merge
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = pytest.mark.spark

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from dagster_incremental.spark.commit import iceberg_table
-from dagster_incremental.spark.local.target import file_scoped_position_delete
+from dagster_incremental.spark.iceberg.commit import iceberg_table
+from dagster_incremental.spark.iceberg.local.target import file_scoped_position_delete
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 from test_local_merge import SPARK_COMMIT, add_equality_delete, contents, new_table, rows, spec, summary
 

@@ -1,4 +1,4 @@
-"""Local rows committed by pyiceberg without a JVM (spark/local/python_write.py) into the tables of
+"""Local rows committed by pyiceberg without a JVM (spark/iceberg/local/python_write.py) into the tables of
 each Iceberg catalog it commits to (the embedded default's Hadoop-layout folders, a JDBC catalog
 on PostgreSQL over S3, a REST catalog over S3): for any history of appends and upserts, the same
 table (read by Spark and by pyiceberg), cursor and figures as the JVM's paths give, and the same
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dagster_incremental import SparkTableIOManager
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.local import python_write
+from dagster_incremental.spark.iceberg.local import python_write
 from catalogs import PYICEBERG_COMMITS, hadoop_catalog
 from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WriteSpec
 
@@ -34,7 +34,7 @@ HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS), min_s
 
 
 class Table:
-    """One table of the test's namespace, written through its destination's TableService."""
+    """One table of the test's namespace, written through its destination's tables (IcebergTables)."""
 
     def __init__(self, catalog, namespace: str, name: str, python: bool) -> None:
         self.catalog = catalog
@@ -160,8 +160,8 @@ def test_a_commit_the_catalog_refuses_is_not_made_again_on_the_other_runs_snapsh
     table lock on a catalog service): the catalog refuses this run's commit, and it is not
     retried on top of the other run's snapshot (pyiceberg's own retry would load the rows twice):
     the run fails as stale and the table holds each row once, with the other run's cursor."""
-    from dagster_incremental.spark.commit import commit_properties
-    from dagster_incremental.spark.local import catalog_table
+    from dagster_incremental.spark.run_commit import commit_properties
+    from dagster_incremental.spark.iceberg.local import catalog_table
 
     table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
     table.commit(monkeypatch, "append", [(1, "a", 1.0, datetime(2024, 1, 1, tzinfo=timezone.utc))], 0)
@@ -191,8 +191,9 @@ def test_a_commit_after_another_runs_branch_snapshot_is_made_by_the_jvm_on_main(
     this run read, but the branch snapshot took the sequence number this run's snapshot carries,
     so the catalog refuses pyiceberg's commit. The run is then committed on `main` by the JVM's
     guarded path, not failed with the catalog's refusal, and the branch's rows stay off `main`."""
-    from dagster_incremental.spark.commit import BRANCH_PREFIX, commit_properties
-    from dagster_incremental.spark.local import catalog_table
+    from dagster_incremental.spark.iceberg.commit import BRANCH_PREFIX
+    from dagster_incremental.spark.run_commit import commit_properties
+    from dagster_incremental.spark.iceberg.local import catalog_table
 
     table = Table(catalog, "pywrite_" + uuid.uuid4().hex[:6], "orders", python=True)
     table.commit(monkeypatch, "append", [(1, "a", 1.0, datetime(2024, 1, 1, tzinfo=timezone.utc))], 0)

@@ -16,7 +16,7 @@ from dagster_incremental.spark.schema_evolution import (
     sql_type,
 )
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 T_REF = TableRef("lake", ("ns",), "t")

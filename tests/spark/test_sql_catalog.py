@@ -1,4 +1,4 @@
-"""A JDBC catalog's settings as pyiceberg's SqlCatalog takes them (spark/sql_catalog.py), and a
+"""A JDBC catalog's settings as pyiceberg's SqlCatalog takes them (spark/iceberg/sql_catalog.py), and a
 SQLite catalog database that the JVM's JdbcCatalog layout and pyiceberg share: what is read
 without a JVM, and what is left to Spark."""
 
@@ -9,7 +9,7 @@ import sqlite3
 import pyarrow as pa
 import pytest
 
-from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_metadata, sqlalchemy_uri
+from dagster_incremental.spark.iceberg.sql_catalog import SqlCatalogConf, load_metadata, sqlalchemy_uri
 
 PREFIX = "spark.sql.catalog.lake"
 BASE = {PREFIX: "org.apache.iceberg.spark.SparkCatalog", f"{PREFIX}.type": "jdbc"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dagster_incremental.spark import table_files, table_metadata as tm
+from dagster_incremental.spark.iceberg import files as table_files, metadata as tm
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import STATE_PROPERTY
 
@@ -229,7 +229,7 @@ def test_spark_type_mapping():
 def test_importing_and_reading_needs_no_pyspark(tmp_path):
     write_version(tmp_path / "metadata", 1)
     code = (
-        "import sys; from dagster_incremental.spark import table_metadata as tm; "
+        "import sys; from dagster_incremental.spark.iceberg import metadata as tm; "
         f"m = tm.read_metadata({str(tmp_path)!r}); "
         "assert m.current_summary() == (None, {}) and m.spark_schema() == (('id', 'bigint'),); "
         "assert 'pyspark' not in sys.modules and 'py4j' not in sys.modules, sorted(sys.modules)"
@@ -268,8 +268,8 @@ def info(n, scope=None):
 
 def spark_view(spark, table):
     """(committed state per scope, unchanged() result) as Spark reports them."""
-    from dagster_incremental.spark.commit import read_committed_state
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.commit import read_committed_state
+    from dagster_incremental.spark.iceberg.writer import TableWriter
 
     states = {scope: read_committed_state(spark, table, scope) for scope in (None, "p1", "p2", "zzz")}
     return states, TableWriter(spark).unchanged(table)
@@ -294,7 +294,7 @@ def assert_matches_spark(spark, table, folder):
 
 @pytest.mark.spark
 def test_cursor_lineage_matches_spark_through_merges_scopes_and_a_rollback(spark, table, location):
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
     writer, folder = TableWriter(spark), location(table)
@@ -340,7 +340,7 @@ def nested_row(i: int) -> tuple:
 
 @pytest.mark.spark
 def test_schema_and_summary_match_spark_for_nested_types_and_schema_evolution(spark, table, location):
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import WriteSpec
 
     writer, folder = TableWriter(spark), location(table)
@@ -382,7 +382,7 @@ def test_empty_table_and_missing_table(spark, table, location):
 
 @pytest.mark.spark
 def test_gzip_metadata_table(spark, table, location):
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import WriteSpec
 
     folder = location(table)
@@ -405,7 +405,7 @@ def test_gzip_metadata_table(spark, table, location):
 
 @pytest.mark.spark
 def test_hostile_identifiers_resolve_to_the_right_folder(spark, location):
-    from dagster_incremental.spark.writer import TableWriter
+    from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import WriteSpec
 
     table = TableRef.for_asset("lake", "tm we'ird ns", ["It's", "a`b Table"])
@@ -420,7 +420,8 @@ def test_hostile_identifiers_resolve_to_the_right_folder(spark, location):
 
 @pytest.mark.spark
 def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, location):
-    from dagster_incremental.spark.commit import commit_properties, read_committed_state, write_options
+    from dagster_incremental.spark.iceberg.commit import read_committed_state, write_options
+    from dagster_incremental.spark.run_commit import commit_properties
     from dagster_incremental.spark.write_spec import CommitInfo
 
     folder = location(table)
@@ -446,7 +447,7 @@ def test_committed_state_on_fifty_snapshots_takes_milliseconds(spark, table, loc
 
     # a fresh process: import the module and read the cursor, no pyspark, no JVM
     code = (
-        "import sys, time; t0 = time.perf_counter(); from dagster_incremental.spark import table_metadata as tm; "
+        "import sys, time; t0 = time.perf_counter(); from dagster_incremental.spark.iceberg import metadata as tm; "
         f"t1 = time.perf_counter(); c = tm.read_metadata({str(folder)!r}).committed_cursor('early'); t2 = time.perf_counter(); "
         "assert c.run_id == 'run-4' and 'pyspark' not in sys.modules; "
         "print(f'{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.2f}')"

@@ -1,6 +1,6 @@
 """The in-process write path on every catalog kind: pyarrow writes the data and delete files where
 the table's location says (a local folder, or S3 through the table's S3FileIO settings on the
-REST catalog: spark/table_storage.py), Iceberg's Java API commits them, no Spark job; the table
+REST catalog: spark/iceberg/storage.py), Iceberg's Java API commits them, no Spark job; the table
 is the one Spark's writers make, and pyiceberg reads it back."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from pyarrow.fs import FileType
 
 from catalogs import ICEBERG_ONLY, assert_other_readers_agree
-from dagster_incremental.spark.commit import iceberg_table
+from dagster_incremental.spark.iceberg.commit import iceberg_table
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
-from dagster_incremental.spark.writer import TableWriter
+from dagster_incremental.spark.iceberg.storage import TableStorage
+from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
 pytestmark = [pytest.mark.spark, ICEBERG_ONLY]  # Iceberg's own commit machinery
@@ -68,7 +68,7 @@ def test_local_rows_are_appended_and_merged_without_spark_where_the_table_lives(
 
 def test_the_files_of_a_refused_local_commit_are_removed(spark, catalog, monkeypatch):
     """A local append whose commit fails leaves no file behind, on S3 too."""
-    from dagster_incremental.spark.local import append as local_append
+    from dagster_incremental.spark.iceberg.local import append as local_append
 
     table = TableRef(catalog.name, ("store_" + uuid.uuid4().hex[:8],), "t")
     spec = WriteSpec(table=table, disposition="append")

@@ -14,12 +14,13 @@ from pyspark.sql import functions as F
 from dagster_incremental.errors import ConcurrentRunError, DataShapeError, IncrementalConfigError
 from dagster_incremental.spark.partitioning import parse_partition_field, partition_bounds
 from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import conflicts_as_concurrent_run
+from dagster_incremental.spark.iceberg.commit import conflicts_as_concurrent_run
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.writer import TableWriter, prunable_partition_by
+from dagster_incremental.spark.iceberg.writer import TableWriter
+from dagster_incremental.spark.batch_fit import prunable_partition_by
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -564,7 +565,7 @@ def test_hostile_identifiers_round_trip(spark, writer):
 
 
 def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_cursor(spark, writer, table):
-    from dagster_incremental.spark import maintenance
+    from dagster_incremental.spark.iceberg import maintenance
     spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
     writer.write(spec, frame(spark, [(i, D(2024, 1, 1), "a") for i in range(20)]), commit=info(1))
     properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}

@@ -1,5 +1,5 @@
-"""What a Delta upstream changed between two of its versions, for `spark/changes.py`'s change
-read (which marks and nets the rows as it does for Iceberg).
+"""What a Delta upstream changed between two of its versions (spark/table_format.py's
+`UpstreamChanges`; spark/upstream_changes.py marks and nets the rows as it does for Iceberg's).
 
 Delta writes copy-on-write here (no deletion vectors): every change adds and removes whole data
 files, and the log lists the files live at each version. So the change between two versions is
@@ -24,7 +24,7 @@ from dagster_incremental.spark.table_ref import TableRef
 _NO_ROW_CHANGE = "replace"  # Iceberg's word for a commit that rewrites files, rows unchanged
 
 
-def snapshot_history(table: TableRef) -> tuple[list[Snapshot], int | None]:
+def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
     """The table's versions (each the parent of the next) and its current one; no Spark job."""
     log = _log(table)
     versions = log.versions()
@@ -36,7 +36,7 @@ def table_id(table: TableRef) -> str | None:
     return _log(table).table_id()
 
 
-def rows_written(table: TableRef, commits: Sequence[int], above: int) -> int:
+def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
     """Rows in the data files `commits` added and removed (by the files' statistics), counted
     until the sum passes `above`; a file without a count is past any bound."""
     log, total = _log(table), 0
@@ -54,11 +54,16 @@ def rows_written(table: TableRef, commits: Sequence[int], above: int) -> int:
     return total
 
 
-def snapshot_facts(table: TableRef, version: int, rows: bool) -> tuple[int | None, int | None]:
+def snapshot_facts(spark, table: TableRef, version: int, rows: bool) -> tuple[int | None, int | None]:
     """When `version` was committed (epoch milliseconds) and, when `rows`, the rows it held."""
     log = _log(table)
     commit = log.commit(version)
     return (commit.timestamp_ms or None) if commit is not None else None, log.row_count(version) if rows else None
+
+
+def missing(spark, table: TableRef) -> bool:
+    """False: a Delta table's absence shows when its folder is read."""
+    return False
 
 
 def table_at(spark, table: TableRef, version: int | None):

@@ -29,7 +29,7 @@ from typing import Any
 
 from dagster_incremental.cursor.state import state_json
 from dagster_incremental.errors import ConcurrentRunError
-from dagster_incremental.spark.commit import BaseMoved, CursorGuard, StaleCursor, commit_fields
+from dagster_incremental.spark.run_commit import BaseMoved, commit_fields, CursorGuard, StaleCursor
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
@@ -141,7 +141,7 @@ class DeltaCommit:
         """The commit carrying this commit's id among those after `before`. Under a guard, none
         means Delta skipped the write: another cursor-carrying commit came first (so too for an
         advancing one)."""
-        from dagster_incremental.spark.commit import COMMIT_ID_PROPERTY
+        from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY
 
         for commit in reversed(self.log.commits_since(before)):
             if commit.properties.get(COMMIT_ID_PROPERTY) == self.commit_id:

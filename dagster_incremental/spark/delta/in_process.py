@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_incremental.cursor.state import state_json
-from dagster_incremental.spark.commit import BaseMoved
+from dagster_incremental.spark.run_commit import BaseMoved
 from dagster_incremental.spark.delta.column_mapping import mapped, needs_mapping
 from dagster_incremental.spark.delta.commit import APP_ID, DeltaCommit
 from dagster_incremental.spark.delta.log import Commit

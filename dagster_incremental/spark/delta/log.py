@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.spark.delta.storage import filesystem_and_path
-from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
+from dagster_incremental.spark.committed_state import CommittedState, cursor_of
 
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.delta.storage import local_path, on_s3, s3_settings
-from dagster_incremental.spark.table_files import table_commit_lock
+from dagster_incremental.spark.commit_lock import table_commit_lock
 
 LEASE_SECONDS = 60.0  # a lease not renewed for this long (server clock) may be taken over
 RENEW_EVERY = LEASE_SECONDS / 4

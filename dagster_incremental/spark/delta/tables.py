@@ -1,5 +1,6 @@
-"""The Delta tables of one destination: what the IO manager asks of them, as TableService answers
-it for Iceberg (the session, the run loop's questions and the one commit are shared there).
+"""One destination's Delta tables: how a table is found now (its commit log, read without a
+JVM), its writer, its history; the sibling of spark/iceberg/tables.py, sharing spark/tables.py
+(the session, the one commit and its compare-and-set loop).
 
 A Delta table lives at <warehouse>/<namespace>/<table> (a path, not a catalog entry: a Spark
 session without a Hive metastore forgets catalog tables when it stops). Questions the commit log
@@ -7,22 +8,30 @@ answers (the cursor, the version, the commits since one) are read from it withou
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
-from dagster_incremental.spark.table_metadata import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_service import NO_TABLE, TableService, nothing_to_commit, without_empty_frame
-from dagster_incremental.spark.write_spec import CommitInfo, IncrementalBatch, WindowReplace, WriteResult, WriteSpec
+from dagster_incremental.spark.tables import SparkTables
+from dagster_incremental.spark.write_spec import IncrementalBatch, WriteResult, WriteSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from dagster_incremental.spark.delta.writer import DeltaWriter
+    from dagster_incremental.spark.key_check import DuplicateKeys
 
 OPTIMIZE = "OPTIMIZE"  # a compaction: no row changes
 
 
-class DeltaTables(TableService):
+class DeltaTables(SparkTables["DeltaNow"]):
     """One destination's Delta tables (see the module's docstring)."""
 
     def __init__(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> None:
@@ -39,26 +48,24 @@ class DeltaTables(TableService):
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
         if on_s3(self.warehouse) and not self._s3_settings_set:  # at first use: the conf holds secrets
-            use_s3_settings(S3Settings.from_spark_conf(self.conf))
+            use_s3_settings(S3Settings.from_spark_conf(self.session.conf))
             self._s3_settings_set = True
         name = TableRef.for_asset(catalog, namespace, key_path)
         return name.at("/".join((self.warehouse, *name.namespace, name.name)))
 
+    def storage_catalog(self, catalog: str) -> str:
+        return "spark_catalog"  # Delta tables are folders, read through Spark's own catalog
+
     @property
-    def writer(self) -> Any:
+    def writer(self) -> DeltaWriter:
         from dagster_incremental.spark.delta.writer import DeltaWriter
 
-        return DeltaWriter(lambda: self.spark, settings=self.conf)
+        return DeltaWriter(lambda: self.spark, settings=self.session.conf)
 
-    # -- reading -----------------------------------------------------------------------------------
+    def now(self, table: TableRef) -> DeltaNow:
+        return DeltaNow(self, table, _log(table))
 
-    def committed_state(self, table: TableRef, scope: str | None, files: Any = None) -> CommittedState | None:
-        return _log(table).committed_cursor(scope)
-
-    def unchanged(self, table: TableRef, files: Any = None) -> WriteResult:
-        from dagster_incremental.spark.delta import figures
-
-        return figures.unchanged(table, _log(table).current_version(), lambda: self.spark)
+    # -- history -----------------------------------------------------------------------------------
 
     def only_rewrites_left(self, table: TableRef) -> bool:
         log = _log(table)
@@ -77,8 +84,8 @@ class DeltaTables(TableService):
         return [_as_summary(c) for c in log.commits_since(snapshot_id)]
 
     def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], *, snapshot_id: int | None,
-                                   current: tuple[str, Any] | None, examples: int) -> Any:
-        """As TableService's, read by delta-rs; None (Spark counts) without the `delta` extra,
+                                   current: tuple[str, Any] | None, examples: int) -> DuplicateKeys | None:
+        """As IcebergTables', read by delta-rs; None (Spark counts) without the `delta` extra,
         and for a column-mapped table, whose columns delta-rs's Arrow reader reads as NULLs."""
         import importlib.util
 
@@ -100,44 +107,45 @@ class DeltaTables(TableService):
 
         return figures.window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec))
 
-    def _python_may_commit(self, spec: WriteSpec, files: Any = None) -> bool:
+    def may_commit_in_process(self, spec: WriteSpec) -> bool:
         """Whether delta-rs may commit local rows of this write in the run's process."""
         from dagster_incremental.spark.delta.in_process import may_take
 
         return may_take(spec)
 
-    # -- writing -----------------------------------------------------------------------------------
+    def write_in_process(self, batch: IncrementalBatch, asset: str, now: DeltaNow) -> WriteResult | None:
+        """None: the writer tries delta-rs first itself, under the table's commit lease."""
+        return None
 
-    def write_frame(self, spec: WriteSpec, frame: Any, run_id: str, window: WindowReplace | None) -> WriteResult:
-        return self.writer.write(spec, frame, commit=CommitInfo(state=None, run_id=run_id), window=window)
 
-    def commit(self, batch: IncrementalBatch, asset: str, log: Any) -> tuple[WriteResult, int | None]:
-        """As TableService.commit: refuse a stale cursor, skip a commit that would change nothing,
-        else the one guarded commit."""
-        table = batch.spec.table
-        current = self._refuse_stale(batch, asset) if batch.check_stale else None
-        if _local_and_empty(batch) and _log(table).current_version() is not None:
-            batch = dataclasses.replace(batch, data=None)
-        batch = without_empty_frame(batch, current)
-        if batch.data is None and batch.window is None and not batch.full_refresh and _log(table).current_version() is None:
-            return NO_TABLE, batch.expected_snapshot_id
-        if nothing_to_commit(batch, current):
-            unchanged = self.unchanged(table)
-            if batch.spec.disposition != "replace" or not unchanged.row_count:
-                return unchanged, batch.expected_snapshot_id
-        result = self._write_guarded(batch, asset)
-        return result, result.snapshot_id
+@dataclass(frozen=True)
+class DeltaNow:
+    """A Delta table as its commit log shows it (spark/tables.py's `TableNow`); each question
+    reads the log afresh, as the writer's lease, not this object, orders the writers."""
 
-    def _refuse_stale(self, batch: IncrementalBatch, asset: str) -> CommittedState | None:
-        from dagster_incremental.spark.table_service import stale_error
+    tables: DeltaTables
+    table: TableRef
+    log: DeltaLog
 
-        current = self.committed_state(batch.spec.table, batch.commit.scope)
-        if (current.snapshot_id if current is not None else None) != batch.expected_snapshot_id:
-            raise stale_error(asset, batch.spec.table, current.run_id if current is not None else None)
-        return current
+    @property
+    def missing(self) -> bool:
+        return self.log.current_version() is None
 
-    def _compact_if_needed(self, log: Any, table: TableRef, result: WriteResult) -> None:
-        """Delta's merges write no delete files here (deletion vectors are off by default)."""
+    def committed_state(self, scope: str | None) -> CommittedState | None:
+        return self.log.committed_cursor(scope)
+
+    def holds(self, columns: pa.Schema) -> bool:
+        """Any existing table: columns it lacks still wait for a row that has them."""
+        return True
+
+    def unchanged(self) -> WriteResult:
+        from dagster_incremental.spark.delta import figures
+
+        return figures.unchanged(self.table, self.log.current_version(), lambda: self.tables.spark)
+
+    def commit_lock(self) -> AbstractContextManager[object]:
+        """None here: the writer holds the table's lease (S3) or file lock (disk) itself."""
+        return contextlib.nullcontext()
 
 
 def _log(table: TableRef) -> DeltaLog:
@@ -150,14 +158,3 @@ def _as_summary(commit: Commit) -> tuple[str, dict[str, str]]:
         return "replace", dict(commit.properties)
     changes_rows = commit.operation not in ("CREATE TABLE",) or bool(commit.metrics)
     return commit.operation.lower(), {**commit.properties, **({"added-records": "1"} if changes_rows else {})}
-
-
-def _local_and_empty(batch: IncrementalBatch) -> bool:
-    """Local rows, none of them: nothing to write, like an empty list (columns a table lacks
-    still wait for a row that has them)."""
-    from dagster_incremental.spark.local.stage import as_local
-
-    if batch.window is not None or batch.full_refresh:
-        return False
-    local = as_local(batch.data)
-    return local is not None and local.num_rows == 0

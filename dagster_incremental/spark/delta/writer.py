@@ -13,12 +13,10 @@ from datetime import datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.spark import merge
-from dagster_incremental.spark.commit import CursorGuard, case_sensitive
+from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.column_mapping import PROPERTIES, mapped, needs_mapping, with_mapping
 from dagster_incremental.spark.delta.commit import DeltaCommit
@@ -26,14 +24,15 @@ from dagster_incremental.spark.delta.in_process import write_in_process
 from dagster_incremental.spark.delta.s3_lease import commit_lease
 from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
 from dagster_incremental.spark.merge.delete_insert import key_groups
-from dagster_incremental.spark.partitioning import parse_partition_spec, partition_bounds
+from dagster_incremental.spark.partitioning import parse_partition_spec
+from dagster_incremental.spark.run_commit import CursorGuard, case_sensitive
 from dagster_incremental.spark.schema_evolution import SchemaPlan
 from dagster_incremental.spark.sql import column_list, quote
+from dagster_incremental.spark.statements import run_merge, window_rows
 from dagster_incremental.spark.statistics import pairing_key
-from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, rows_to_insert, string_literal
+from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, string_literal
 from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
-from dagster_incremental.spark.writer import fitted_batch, prepared_batch, prunable_partition_by
 
 # How Delta says a path was taken by another creator, depending on how far its commit had got.
 # (NON_EMPTY_LOCATION: the other creator's data files are in the folder, its first commit not yet.)
@@ -232,30 +231,14 @@ class DeltaWriter:
 
     def _merge(self, pending: DeltaCommit, aligned: DataFrame, table_schema: T.StructType) -> WriteResult:
         spark, spec = self.spark, pending.spec
-        view = f"di_source_{pending.commit_id}"
-        aligned.createOrReplaceTempView(view)
-        try:
-            text, args = merge.strategy_for(spec).merge_statement(
-                spec,
-                target=pending.target,
-                source_view=view,
-                columns=table_schema.fieldNames(),
-                run_started_at=pending.started,
-                prune=partition_bounds(aligned, prunable_partition_by(spec, aligned.columns)),
-            )
-            made = pending.run(spark, lambda: spark.sql(text, args=dict(args)))
-        finally:
-            spark.catalog.dropTempView(view)
+        made = run_merge(spark, pending, spec, aligned, table_schema.fieldNames())
         netted = spec.merge_strategy == "delete-insert" and not spec.keyed
         touched = (key_groups(spec), aligned) if spec.merge_strategy == "delete-insert" else None
         return figures.result(spark, pending, made, net_by=pairing_key(spec) if netted else None, touched=touched)
 
     def _replace_window(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType,
                         helpers: Sequence[str], window: WindowReplace) -> WriteResult:
-        spec, rows, moved_keys = pending.spec, aligned, None
-        if rows is not None and spec.disposition == "merge" and spec.primary_key:
-            moved_keys = rows.select(*(F.col(quote(k)) for k in spec.primary_key)).distinct()
-        if rows is not None and helpers:
-            rows = rows_to_insert(rows, helpers)
+        spec = pending.spec
+        rows, moved_keys = window_rows(spec, aligned, helpers)
         replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
         return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(spec), window=window)

@@ -1,6 +1,5 @@
-"""The in-process write path: local rows (dicts, pages, Arrow, pandas) staged as Arrow,
-deduplicated, and written as data files committed through Iceberg's Java API, without a Spark job.
-
-The Spark path (`spark/writer.py`, `spark/merge/`) takes everything else: Spark DataFrames and
-the writes this path does not cover.
+"""Local rows (dicts, pages, Arrow, pandas) staged as Arrow, spilled past a bound and
+deduplicated, for any format: each format's in-process commit takes them from here (Iceberg's
+`spark/iceberg/local/`, Delta's `spark/delta/in_process.py`), and everything else goes to the
+format's Spark writer as a DataFrame.
 """

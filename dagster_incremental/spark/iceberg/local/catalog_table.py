@@ -3,8 +3,8 @@
 Why: pyiceberg's commit is a compare-and-set only through a catalog that checks it. Three are
 read and committed here, each as the JVM commits to it: a Hadoop-layout folder on this machine
 (the embedded default: `hadoop_commit.py`, under the table's commit lock), an Iceberg JDBC
-catalog's database (`spark/sql_catalog.py`: a conditional UPDATE of the metadata location) and
-an Iceberg REST catalog (`spark/rest_catalog.py`: the commit's requirement that `main` is still
+catalog's database (`spark/iceberg/sql_catalog.py`: a conditional UPDATE of the metadata location) and
+an Iceberg REST catalog (`spark/iceberg/rest_catalog.py`: the commit's requirement that `main` is still
 the snapshot the run read). Any other catalog, or a table whose files pyiceberg could not reach
 as the JVM does, is None: the JVM's paths write it.
 """
@@ -16,11 +16,11 @@ import gc
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dagster_incremental.spark.rest_catalog import RestCatalogConf, pyiceberg_catalog as rest_catalog
-from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_table
-from dagster_incremental.spark.table_files import TableFiles
-from dagster_incremental.spark.table_metadata import TableMetadata, pyiceberg_metadata
-from dagster_incremental.spark.table_storage import pyiceberg_io_properties
+from dagster_incremental.spark.iceberg.rest_catalog import RestCatalogConf, pyiceberg_catalog as rest_catalog
+from dagster_incremental.spark.iceberg.sql_catalog import SqlCatalogConf, load_table
+from dagster_incremental.spark.iceberg.files import TableFiles
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, pyiceberg_metadata
+from dagster_incremental.spark.iceberg.storage import pyiceberg_io_properties
 
 RESOLVING_FILE_IO = "org.apache.iceberg.io.ResolvingFileIO"  # a REST catalog's FileIO when the conf names none
 
@@ -88,7 +88,7 @@ def _load(conf: Mapping[str, str], files: TableFiles) -> tuple[Any, TableMetadat
     parts = (*files.table.namespace, files.table.name)
     if files.location is not None:
         with _collector_paused():  # it imports pyiceberg's catalog, table and Arrow FileIO modules
-            from dagster_incremental.spark.local import hadoop_commit
+            from dagster_incremental.spark.iceberg.local import hadoop_commit
 
         return hadoop_commit.HadoopFolderCatalog().load(files.location, parts)
     sql = SqlCatalogConf.of(conf, files.table.catalog)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dagster_incremental.spark.commit import PendingCommit
-from dagster_incremental.spark.local.append import LocalAppend
-from dagster_incremental.spark.local.merge import merge_local
+from dagster_incremental.spark.iceberg.commit import PendingCommit
+from dagster_incremental.spark.iceberg.local.append import LocalAppend
+from dagster_incremental.spark.iceberg.local.merge import merge_local
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.schema_evolution import creatable_schema, fit_table_to_rows, spark_schema_of_arrow
 from dagster_incremental.spark.statistics import commit_result

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dagster_incremental.spark.table_storage import TableStorage
+from dagster_incremental.spark.iceberg.storage import TableStorage
 
 PARQUET_FIELD_ID = b"PARQUET:field_id"  # where a Parquet field keeps its Iceberg field id
 # Iceberg's reserved field ids of a position delete file's columns.

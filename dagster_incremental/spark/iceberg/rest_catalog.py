@@ -1,7 +1,7 @@
 """A table's current metadata from an Iceberg REST catalog, without a JVM.
 
 Why: a run reads its table's cursor before it decides to write anything, and a run with nothing
-to write needs no Spark session at all (spark/table_files.py). On a Hadoop catalog the metadata
+to write needs no Spark session at all (spark/iceberg/files.py). On a Hadoop catalog the metadata
 is a local file; on a REST catalog it is one HTTP answer: the Iceberg REST spec's loadTable
 returns the table's whole metadata JSON, the same document the metadata file holds. So the
 catalog's Spark conf (`spark.sql.catalog.<name>.type = rest`, `.uri`, `.warehouse`, `.prefix`,
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster_incremental.spark.table_metadata import TableMetadata, metadata_version
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, metadata_version
 
 SPARK_CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 TIMEOUT_S = 10.0

@@ -1,7 +1,7 @@
 """An Iceberg JDBC catalog's tables read and committed by pyiceberg, without a JVM.
 
 Why: a run reads its table's cursor before it decides to write anything, and a small change run
-needs no Spark session at all (spark/local/python_write.py). Iceberg's Java `JdbcCatalog` keeps
+needs no Spark session at all (spark/iceberg/local/python_write.py). Iceberg's Java `JdbcCatalog` keeps
 one row per table in its database (`iceberg_tables`: catalog name, namespace, table name,
 metadata location), and pyiceberg's `SqlCatalog` reads and updates the same rows: a commit is a
 conditional UPDATE of the metadata location, as the Java catalog's is, so the two take turns
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from dagster_incremental.spark.rest_catalog import SPARK_CATALOG_CLASS
-from dagster_incremental.spark.table_metadata import TableMetadata, pyiceberg_metadata
-from dagster_incremental.spark.table_storage import pyiceberg_io_properties
+from dagster_incremental.spark.iceberg.rest_catalog import SPARK_CATALOG_CLASS
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, pyiceberg_metadata
+from dagster_incremental.spark.iceberg.storage import pyiceberg_io_properties
 
 # JDBC URL options that libpq spells the same way (anything else: ask Spark)
 _SAME_IN_LIBPQ = ("sslmode", "application_name", "connect_timeout")

@@ -30,11 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dagster_incremental.spark.commit import PendingCommit
-from dagster_incremental.spark.local.append import LocalAppend
-from dagster_incremental.spark.local.footer import FooterMetrics
+from dagster_incremental.spark.iceberg.commit import PendingCommit
+from dagster_incremental.spark.iceberg.local.append import LocalAppend
+from dagster_incremental.spark.iceberg.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.local.target import (
+from dagster_incremental.spark.iceberg.local.target import (
     DELETE_FILE_PATH_ID,
     DELETE_POS_ID,
     PARQUET_FIELD_ID,

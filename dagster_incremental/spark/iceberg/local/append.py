@@ -9,7 +9,7 @@
 # carries the cursor, exactly as the Spark path does.
 #
 # Where it applies (`LocalAppend.open` says None otherwise and the writer uses Spark): a table
-# whose files this process can write (spark/table_storage.py: a folder on this machine, or S3
+# whose files this process can write (spark/iceberg/storage.py: a folder on this machine, or S3
 # through the settings of the table's own S3FileIO), unpartitioned, unsorted, Parquet, with
 # column types Arrow and Iceberg agree on.
 
@@ -26,11 +26,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dagster_incremental.spark.local.footer import FooterMetrics
+from dagster_incremental.spark.iceberg.local.footer import FooterMetrics
 from dagster_incremental.spark.local.rows import LocalRows
-from dagster_incremental.spark.local.target import PARQUET_FIELD_ID
+from dagster_incremental.spark.iceberg.local.target import PARQUET_FIELD_ID
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
+from dagster_incremental.spark.iceberg.storage import TableStorage
 
 ROWS_PER_FILE = 2_000_000  # at most this many rows per Parquet file
 ROWS_PER_THREAD = 250_000  # below this, one more writer thread costs more than it saves
@@ -99,7 +99,7 @@ class LocalAppend:
     def open(cls, spark: Any, table: TableRef, iceberg: Any = None) -> LocalAppend | None:
         """The table, if its data files can be written from here (else None: use Spark).
         iceberg: its Java object when the caller holds it already."""
-        from dagster_incremental.spark.commit import iceberg_table, java_json
+        from dagster_incremental.spark.iceberg.commit import iceberg_table, java_json
 
         jvm = spark._jvm
         iceberg = iceberg if iceberg is not None else iceberg_table(spark, table)

@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:  # pyspark is imported where a session is used: a pyiceberg commit needs none
     from pyspark.sql import DataFrame, SparkSession
 
-from dagster_incremental.cursor.state import state_json
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark import errors as spark_errors
-from dagster_incremental.spark.table_metadata import CommittedState, cursor_of
+from dagster_incremental.spark.committed_state import CommittedState, cursor_of
+from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor, case_sensitive, commit_fields
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
+from dagster_incremental.spark.iceberg.storage import TableStorage
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -50,37 +50,11 @@ from dagster_incremental.spark.write_spec import (
     WriteSpec,
 )
 
-# A fresh id per write: finds exactly the snapshot our write made, even with concurrent writers.
-COMMIT_ID_PROPERTY = "dagster_incremental.commit_id"
 SNAPSHOT_PROPERTY_PREFIX = "snapshot-property."
 
 R = TypeVar("R")
 
 _CALLBACK_LOCK = threading.Lock()
-
-
-def new_commit_id() -> str:
-    return uuid.uuid4().hex
-
-
-def commit_properties(info: CommitInfo, *, commit_id: str | None = None) -> dict[str, str]:
-    """The snapshot properties for `info` (state as compact, key-sorted JSON).
-
-    Raises TypeError before anything is written when the state isn't JSON-serialisable.
-    """
-    props: dict[str, str] = {}
-    if commit_id is not None:
-        props[COMMIT_ID_PROPERTY] = commit_id
-    if info.state is not None:
-        try:
-            props[STATE_PROPERTY] = state_json(info.state)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"the cursor state {info.state!r} is not JSON-serialisable: {exc}") from exc
-    if info.run_id is not None:
-        props[RUN_ID_PROPERTY] = str(info.run_id)
-    if info.scope is not None:
-        props[SCOPE_PROPERTY] = str(info.scope)
-    return props
 
 
 def write_options(properties: Mapping[str, str]) -> dict[str, str]:
@@ -320,26 +294,6 @@ TAKE_ATTEMPTS = 10  # branching is retried when other writers commit meanwhile (
 LEFTOVER_MS = 24 * 3600 * 1000  # a run's branch older than this was left by a killed run
 
 
-@dataclass(frozen=True)
-class CursorGuard:
-    """What the run read: the snapshot holding its scope's cursor (None: no cursor yet)."""
-
-    expected_snapshot_id: int | None
-    scope: str | None
-
-
-class StaleCursor(Exception):
-    """Another run committed a cursor of this scope after this run read its own: nothing written."""
-
-    def __init__(self, run_id: str | None) -> None:
-        super().__init__(f"another run ({run_id or 'unknown'}) committed a newer cursor")
-        self.run_id = run_id
-
-
-class BaseMoved(Exception):
-    """Another writer moved `main` while this run wrote on its branch: nothing published."""
-
-
 def branch_ref(table: TableRef, name: str) -> TableRef:
     """The branch as a Spark identifier (`catalog`.`ns`.`table`.`branch_<name>`)."""
     return dataclasses.replace(table, namespace=(*table.namespace, table.name), name=f"branch_{name}")
@@ -477,26 +431,6 @@ def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) ->
 
 
 # -- the pending commit ---------------------------------------------------------------------------
-
-
-def case_sensitive(setting: Callable[[str, str], Any]) -> bool:
-    """Whether the session compares column names case-sensitively (`setting`: its conf's get)."""
-    return str(setting("spark.sql.caseSensitive", "false")).lower() == "true"
-
-
-def commit_fields(case_sensitive: bool, spec: WriteSpec, info: CommitInfo, started: datetime | None,
-                  guard: CursorGuard | None) -> dict[str, Any]:
-    """What every format's commit starts with: a fresh id, the properties it carries (state
-    validated), the run's start, the session's case sensitivity and the guard."""
-    commit_id = new_commit_id()
-    return {
-        "spec": spec,
-        "commit_id": commit_id,
-        "properties": commit_properties(info, commit_id=commit_id),
-        "started": started or datetime.now(timezone.utc),
-        "case_sensitive": case_sensitive,
-        "guard": guard,
-    }
 
 
 @dataclass(frozen=True)

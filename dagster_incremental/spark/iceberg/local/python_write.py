@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import as_local
-from dagster_incremental.spark.table_metadata import TableMetadata, live_row_count, pyiceberg_metadata
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, live_row_count, pyiceberg_metadata
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, IncrementalBatch, WriteResult, WriteSpec
 
 MAX_ROWS = 1_000_000  # batch rows written from memory by pyiceberg
@@ -52,7 +52,7 @@ def takes(spec: WriteSpec) -> bool:
     """Whether this disposition can be committed by pyiceberg (the batch decides the rest)."""
     if importlib.util.find_spec("pyiceberg") is None:  # a dependency; an install may lack it
         return False
-    if spec.table_format != "iceberg" or spec.partition_by or spec.delete_missing or spec.table_properties:
+    if spec.partition_by or spec.delete_missing or spec.table_properties:
         return False
     if spec.disposition == "append":
         return True
@@ -66,7 +66,7 @@ def write_in_python(load: Callable[[], tuple[Any, TableMetadata] | None], batch:
     other paths write it. Raises StaleCursor when the table no longer holds the cursor the run
     read. jvm_running: this process has a Spark session, which makes the position-delete path
     cheaper for all but small rewrites."""
-    from dagster_incremental.spark.local.catalog_table import CatalogMoved
+    from dagster_incremental.spark.iceberg.local.catalog_table import CatalogMoved
 
     rows = _local_rows(batch)
     target = load() if rows is not None else None
@@ -131,7 +131,7 @@ def _local_rows(batch: IncrementalBatch) -> LocalRows | None:
 
 
 def _refuse_stale(metadata: TableMetadata, batch: IncrementalBatch) -> None:
-    from dagster_incremental.spark.commit import StaleCursor
+    from dagster_incremental.spark.run_commit import StaleCursor
 
     current = metadata.committed_cursor(batch.commit.scope)
     if (current.snapshot_id if current is not None else None) != batch.expected_snapshot_id:
@@ -185,7 +185,7 @@ def _exact_cast(source: pa.DataType, target: pa.DataType) -> bool:
 
 
 def _properties(batch: IncrementalBatch) -> dict[str, str]:
-    from dagster_incremental.spark.commit import commit_properties, new_commit_id
+    from dagster_incremental.spark.run_commit import commit_properties, new_commit_id
 
     return commit_properties(batch.commit, commit_id=new_commit_id())
 

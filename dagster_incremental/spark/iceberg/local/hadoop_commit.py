@@ -6,7 +6,7 @@ that layout. pyiceberg builds the snapshot, its manifests and the next metadata;
 places the metadata file exactly where HadoopTableOperations does: `v{N+1}.metadata.json`,
 created only if absent (a hard link, so a second writer of that version fails instead of
 overwriting it), then the version hint. It runs under the table's commit lock
-(spark/table_files.py), which every writer of this library takes, Spark's included.
+(spark/iceberg/files.py), which every writer of this library takes, Spark's included.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadataUtil
 from pyiceberg.table.update import update_table_metadata
 
-from dagster_incremental.spark.table_metadata import VERSION_HINT, TableMetadata, read_metadata
+from dagster_incremental.spark.iceberg.metadata import VERSION_HINT, TableMetadata, read_metadata
 
 
 class HadoopFolderCatalog(NoopCatalog):

@@ -1,7 +1,7 @@
 """Where a table's files are, read once per call: its folder when the catalog keeps it in local
 files (an Iceberg Hadoop catalog on this machine's filesystem), its current metadata (from those
-files, or from a catalog service's answer: a REST catalog, spark/rest_catalog.py; a JDBC
-catalog's database, spark/sql_catalog.py), and its commit lock.
+files, or from a catalog service's answer: a REST catalog, spark/iceberg/rest_catalog.py; a JDBC
+catalog's database, spark/iceberg/sql_catalog.py), and its commit lock.
 
 Why one object: a run asks several questions of a table before it commits (its cursor, whether
 it exists, its row count) and takes its commit lock; each used to resolve the catalog conf and
@@ -14,18 +14,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import threading
-import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dagster_incremental.spark.rest_catalog import SPARK_CATALOG_CLASS, RestCatalogConf, load_metadata as load_rest_metadata
-from dagster_incremental.spark.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
-from dagster_incremental.spark.table_metadata import TableMetadata, read_metadata
+from dagster_incremental.spark.iceberg.rest_catalog import SPARK_CATALOG_CLASS, RestCatalogConf, load_metadata as load_rest_metadata
+from dagster_incremental.spark.iceberg.sql_catalog import SqlCatalogConf, load_metadata as load_sql_metadata
+from dagster_incremental.spark.iceberg.metadata import TableMetadata, read_metadata
+from dagster_incremental.spark.commit_lock import table_commit_lock
 from dagster_incremental.spark.table_ref import TableRef
 
 
@@ -159,46 +157,4 @@ def _plain_part(part: str) -> bool:
 # process, so threads of one process also take an in-process lock per table, and the file stays open
 # for the life of the process (closing any descriptor of a file drops all the process's locks on it).
 
-LOCK_FILE = ".dagster_incremental.lock"
-_SLOTS = 1 << 30  # byte offsets a table name hashes to; a collision only makes two tables take turns
 
-_open_files: dict[Path, int] = {}
-_thread_locks: dict[tuple[Path, int], threading.Lock] = {}
-_registry_lock = threading.Lock()
-_held = threading.local()  # the (file, slot) pairs this thread holds
-
-
-@contextmanager
-def table_commit_lock(warehouse: Path, table_parts: Sequence[str]) -> Iterator[None]:
-    """Hold the table's commit lock (waiting for another process's commit to finish). Taking it
-    again in the thread that holds it raises: that write would wait for itself forever."""
-    path = warehouse / LOCK_FILE
-    slot = zlib.crc32("\x00".join(table_parts).encode()) % _SLOTS
-    held: set[tuple[Path, int]] = _held.__dict__.setdefault("keys", set())
-    if (path, slot) in held:
-        raise RuntimeError(f"table {'.'.join(table_parts)} under {warehouse}: this thread already holds its commit "
-                           "lock; a write of the table inside another write of it would wait for itself forever")
-    with _thread_lock(path, slot):
-        fd = _lock_file(path)
-        fcntl.lockf(fd, fcntl.LOCK_EX, 1, slot)
-        held.add((path, slot))
-        try:
-            yield
-        finally:
-            held.discard((path, slot))
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, slot)
-
-
-def _thread_lock(path: Path, slot: int) -> threading.Lock:
-    with _registry_lock:
-        return _thread_locks.setdefault((path, slot), threading.Lock())
-
-
-def _lock_file(path: Path) -> int:
-    with _registry_lock:
-        fd = _open_files.get(path)
-        if fd is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            _open_files[path] = fd
-        return fd

@@ -1,18 +1,15 @@
-"""The rows an upstream table changed between two of its snapshots, as one DataFrame (Iceberg
-here; a Delta upstream's read is `spark/delta/changes.py`, answering the same questions).
+"""What an Iceberg upstream changed between two of its snapshots (spark/table_format.py's
+`UpstreamChanges`; the rows and `_change_type` are put together in spark/upstream_changes.py, and
+a Delta upstream's sibling is spark/delta/changes.py).
 
-Every row carries `_change_type`: "INSERT" (a new row, or the new version of an updated one) or
-"DELETE" (a row the upstream no longer holds, or the old version of an updated one). Three reads:
-
-- full: the table as of the end snapshot, every row an INSERT (first run, full refresh);
 - append: Iceberg's incremental read between two snapshot ids (only appended files are read);
 - changes: any commit may have updated or deleted rows. Iceberg's changelog scan refuses delete
   files (merge-on-read tables, which keyed merges write), so the change set is built from the
   commits' file entries: rows live at the end in data files added since the start are the
-  INSERTs; rows live at the start in data files removed since, or at positions deleted since,
-  are the DELETEs (the commits' file lists come from their own manifests; only the new
-  delete files are read). A row on both sides (a file rewritten by copy-on-write or compaction, the
-  row itself unchanged) is dropped from both: what remains is the net change.
+  inserted side; rows live at the start in data files removed since, or at positions deleted
+  since, are the gone side (the commits' file lists come from their own manifests; only the new
+  delete files are read). The caller nets the two sides: a row on both (a file rewritten by
+  copy-on-write or compaction, the row itself unchanged) is dropped from both.
 """
 
 from __future__ import annotations
@@ -22,24 +19,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
-from dagster_incremental.errors import DataShapeError, UpstreamRewritten
-from dagster_incremental.spark.commit import iceberg_table
+from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark.iceberg.commit import iceberg_table
+from dagster_incremental.spark.iceberg.storage import TableStorage
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.table_storage import TableStorage
 
-CHANGE_TYPE = "_change_type"
-INSERT, DELETE = "INSERT", "DELETE"
 _FILE, _POS = "_file", "_pos"
-_SIGN = "__di_sign"  # +1 a row live at the end, -1 a row live at the start
+
+# Snapshot summary counts of the rows a commit touched: rows in the data files it added and
+# removed, rows it deleted by position or equality (a merge-on-read update adds a row and a
+# position delete; a copy-on-write one counts its rewritten files' rows twice).
+_WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
 
 
 def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
     """The table's snapshots and its current one (None: no table or no commit yet); no Spark job."""
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
-
-        return delta.snapshot_history(table)
     if not spark.catalog.tableExists(table.sql):
         return [], None
     iceberg = iceberg_table(spark, table)
@@ -52,43 +47,19 @@ def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None
     return history, current.snapshotId() if current is not None else None
 
 
-# Snapshot summary counts of the rows a commit touched: rows in the data files it added and
-# removed, rows it deleted by position or equality (a merge-on-read update adds a row and a
-# position delete; a copy-on-write one counts its rewritten files' rows twice).
-_WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
+def table_id(table: TableRef) -> str | None:
+    """None: Iceberg's snapshot ids are random, so a table created again is told by them alone."""
+    return None
 
 
-def table_identity(table: TableRef) -> str | None:
-    """What tells a table from one created again at the same name, when its snapshot ids do not
-    (a Delta table's versions count from 0 again); None for Iceberg, whose ids are random."""
-    if table.location is None:
-        return None
-    from dagster_incremental.spark.delta import changes as delta
-
-    return delta.table_id(table)
-
-
-def check_same_table(table: TableRef, identity: str | None, recorded: str | None, snapshot_id: int | None) -> None:
-    """UpstreamRewritten when the cursor was taken on another table at the same place (a Delta
-    table created again: its versions count from 0 again and mean other rows)."""
-    if identity is None or recorded is None or snapshot_id is None or identity == recorded:
-        return
-    raise UpstreamRewritten(
-        f"upstream table {table.display} was created again (table id {identity}, the cursor's was {recorded}): "
-        f"the changes since its snapshot {snapshot_id} can't be read; nothing was written. Run a full refresh "
-        "of this asset to recompute it from the whole upstream table.",
-        upstream=table.display, snapshot_id=snapshot_id,
-    )
+def missing(spark, table: TableRef) -> bool:
+    """Known to be no table (its catalog says so)."""
+    return not spark.catalog.tableExists(table.sql)
 
 
 def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
     """How many rows `commits` touched, by their snapshot summaries (no Spark job), counted until
-    the sum passes `above`: what bounds the rows the read of those commits returns (but for
-    equality deletes, each of which may match several rows)."""
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
-
-        return delta.rows_written(table, commits, above)
+    the sum passes `above`."""
     iceberg = iceberg_table(spark, table)
     total = 0
     for snapshot_id in commits:
@@ -104,11 +75,7 @@ def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> 
 
 def snapshot_facts(spark, table: TableRef, snapshot_id: int, rows: bool) -> tuple[int | None, int | None]:
     """When `snapshot_id` was committed (epoch milliseconds) and, when `rows`, how many rows the
-    table held then, from its snapshot (Delta: its commit and log); None where unknown. No job."""
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
-
-        return delta.snapshot_facts(table, snapshot_id, rows)
+    table held then, from its snapshot; None where unknown. No job."""
     snapshot = iceberg_table(spark, table).snapshot(snapshot_id)
     if snapshot is None:
         return None, None
@@ -116,19 +83,15 @@ def snapshot_facts(spark, table: TableRef, snapshot_id: int, rows: bool) -> tupl
     return int(snapshot.timestampMillis()), int(total) if total is not None else None
 
 
-def read_changes(spark, table: TableRef, read: UpstreamRead):
-    """The rows `read` covers, with `_change_type` (see the module docstring)."""
-    from pyspark.sql import functions as F
+def table_at(spark, table: TableRef, snapshot_id: int | None):
+    """The table as of one snapshot (lazy: no Spark job until it is used)."""
+    if snapshot_id is None:
+        return spark.table(table.sql)
+    return spark.read.format("iceberg").option("snapshot-id", str(int(snapshot_id))).load(table.sql)
 
-    if read.kind == "none":
-        return _empty(spark, table, read.end)
-    if read.kind == "full":
-        return _at(spark, table, read.end).withColumn(CHANGE_TYPE, F.lit(INSERT))
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
 
-        inserted, gone = delta.changed_rows(spark, table, read)
-        return inserted.withColumn(CHANGE_TYPE, F.lit(INSERT)) if gone is None else net_rows(inserted, gone)
+def changed_rows(spark, table: TableRef, read: UpstreamRead):
+    """(rows inserted, rows gone or None) between `read`'s snapshots: an append read has no gone side."""
     if read.kind == "append":
         frame = (
             spark.read.format("iceberg")
@@ -136,53 +99,15 @@ def read_changes(spark, table: TableRef, read: UpstreamRead):
             .option("end-snapshot-id", str(read.end))
             .load(table.sql)
         )
-        return frame.withColumn(CHANGE_TYPE, F.lit(INSERT))
-    return _net_changes(spark, table, read)
+        return frame, None
+    return _both_sides(spark, table, read)
 
 
-def rows_in_window(frame, table: TableRef, start: Any, end: Any, column: str):
-    """The rows of `frame` whose `column` lies in [start, end) (a partition's share of the
-    upstream's changes); DataShapeError when the upstream has no such column."""
-    from pyspark.sql import functions as F
-
-    from dagster_incremental.spark.sql import in_window, quote
-
-    if column not in frame.columns:
-        raise DataShapeError(
-            f"upstream table {table.display} has no column {column!r} (the window_column that places its "
-            f"rows in this asset's partitions); its columns: {', '.join(frame.columns)}"
-        )
-    return frame.where(in_window(F.col(quote(column)), start, end))
-
-
-def table_at(spark, table: TableRef, snapshot_id: int | None):
-    """The table as of one snapshot (lazy: no Spark job until it is used)."""
-    return _at(spark, table, snapshot_id)
-
-
-def _at(spark, table: TableRef, snapshot_id: int | None):
-    if table.location is not None:
-        from dagster_incremental.spark.delta import changes as delta
-
-        return delta.table_at(spark, table, snapshot_id)
-    if snapshot_id is None:
-        return spark.table(table.sql)
-    return spark.read.format("iceberg").option("snapshot-id", str(int(snapshot_id))).load(table.sql)
-
-
-def _empty(spark, table: TableRef, snapshot_id: int | None):
-    from pyspark.sql import functions as F
-
-    if snapshot_id is None and table.location is None and not spark.catalog.tableExists(table.sql):
-        raise ValueError(f"table {table.display} does not exist")
-    return _at(spark, table, snapshot_id).limit(0).withColumn(CHANGE_TYPE, F.lit(INSERT))
-
-
-def _net_changes(spark, table: TableRef, read: UpstreamRead):
+def _both_sides(spark, table: TableRef, read: UpstreamRead):
     from pyspark.sql import functions as F
 
     added, removed, delete_files = _file_entries(spark, table, read.commits)
-    end, start = _at(spark, table, read.end), _at(spark, table, read.start)
+    end, start = table_at(spark, table, read.end), table_at(spark, table, read.start)
     columns = end.columns
     inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
     located = [*start.columns, _FILE, _POS]
@@ -192,25 +117,7 @@ def _net_changes(spark, table: TableRef, read: UpstreamRead):
         gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
     gone = gone.drop(_FILE, _POS)
     gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
-    return net_rows(inserted, gone)
-
-
-def net_rows(inserted, gone):
-    """`inserted` as INSERTs and `gone` (the same columns) as DELETEs, less the rows on both
-    sides: those were only rewritten (copy-on-write, compaction), not changed. One shuffle nets
-    the two sides (each read once), and the small result is kept, so the function can use it
-    several times without reading the upstream's files again."""
-    from pyspark.sql import functions as F
-
-    columns = inserted.columns
-    signed = inserted.withColumn(_SIGN, F.lit(1)).unionByName(gone.withColumn(_SIGN, F.lit(-1)))
-    net = signed.groupBy(*columns).agg(F.sum(_SIGN).alias(_SIGN)).where(F.col(_SIGN) != 0)
-    net = net.select(
-        *columns,
-        F.when(F.col(_SIGN) > 0, F.lit(INSERT)).otherwise(F.lit(DELETE)).alias(CHANGE_TYPE),
-        F.explode(F.array_repeat(F.lit(1), F.abs(F.col(_SIGN)).cast("int"))).alias(_SIGN),
-    ).drop(_SIGN)
-    return net.localCheckpoint(eager=True)
+    return inserted, gone
 
 
 def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
@@ -276,8 +183,3 @@ def _position_deleted(start, positions, files: list[str]):
         return start.select(*start.columns, _FILE, _POS).limit(0)
     rows = start.where(F.col(_FILE).isin(files)).select(*start.columns, _FILE, _POS)
     return rows.join(positions, [_FILE, _POS], "left_semi")
-
-
-def change_columns(frame: Any) -> list[str]:
-    """The upstream's own columns of a change frame (without `_change_type`)."""
-    return [c for c in frame.columns if c != CHANGE_TYPE]

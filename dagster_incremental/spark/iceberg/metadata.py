@@ -29,11 +29,11 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dagster_incremental.spark.write_spec import RUN_ID_PROPERTY, SCOPE_PROPERTY, STATE_PROPERTY
+from dagster_incremental.spark.committed_state import CommittedState, cursor_of
 
 VERSION_HINT = "version-hint.text"
 # A version's file names in Iceberg's lookup order: plain, gzip, legacy gzip.
@@ -63,18 +63,6 @@ _PRIMITIVES = {
 
 class _Changing(Exception):
     """The metadata changed while we read it (a file vanished or was not whole): try again."""
-
-
-@dataclass(frozen=True)
-class CommittedState:
-    """The cursor stored with a table commit (what the asset layer heals lost events from), read
-    from the metadata files here or from the JVM's table object (commit.py) alike."""
-
-    state: dict[str, Any]
-    run_id: str | None
-    scope: str | None
-    snapshot_id: int
-    committed_at: datetime  # timezone-aware UTC
 
 
 # -- which metadata file is current --------------------------------------------------------------
@@ -309,21 +297,6 @@ def spark_type(iceberg_type: Any) -> str:
     if kind == "map":
         return f"map<{spark_type(iceberg_type['key'])},{spark_type(iceberg_type['value'])}>"
     raise ValueError(f"no Spark type for Iceberg type {iceberg_type!r}")
-
-
-def cursor_of(summary: Mapping[str, str], snapshot_id: int, timestamp_ms: int, scope: str | None) -> CommittedState | None:
-    """The cursor a snapshot carries (of `scope`, when given), else None: one reading of the
-    commit properties for the file reader here and the JVM reader in commit.py."""
-    state = summary.get(STATE_PROPERTY)
-    if state is None or (scope is not None and summary.get(SCOPE_PROPERTY) != scope):
-        return None
-    return CommittedState(
-        state=json.loads(state),
-        run_id=summary.get(RUN_ID_PROPERTY),
-        scope=summary.get(SCOPE_PROPERTY),
-        snapshot_id=snapshot_id,
-        committed_at=datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc),
-    )
 
 
 def live_row_count(summary: Mapping[str, str]) -> int | None:
