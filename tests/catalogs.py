@@ -229,6 +229,15 @@ def s3_file_io(catalog: str, s3: Any) -> dict[str, str]:
             f"{prefix}.s3.path-style-access": "true", f"{prefix}.client.region": s3.region}
 
 
+def spark4_jdbc_views(catalog: str) -> dict[str, str]:
+    """What a JDBC catalog's user sets on Spark 4.1 (Iceberg 1.12), whose Spark looks up views
+    too: Iceberg's view-capable catalog tables (`jdbc.schema-version = V1`, migrated in place),
+    else every table lookup fails ("JDBC catalog is initialized without view support")."""
+    from dagster_incremental.spark.spark_line import running_line
+
+    return {} if running_line().name == "3.5" else {f"spark.sql.catalog.{catalog}.jdbc.schema-version": "V1"}
+
+
 def jdbc_catalog(server: Any, s3: Any, jars: list[str]) -> Catalog:
     """A JDBC catalog on the PostgreSQL `server`, its warehouse in the S3 server's plain bucket.
     `jars`: the Iceberg runtime and AWS bundle of one version, then PostgreSQL's JDBC driver."""
@@ -236,7 +245,7 @@ def jdbc_catalog(server: Any, s3: Any, jars: list[str]) -> Catalog:
 
     warehouse = f"{s3.bucket}/jdbc"
     conf = {**jdbc_catalog_conf(JDBC_CATALOG, server, warehouse), **s3_file_io(JDBC_CATALOG, s3),
-            "spark.jars": ",".join(jars)}
+            "spark.jars": ",".join(jars), **spark4_jdbc_views(JDBC_CATALOG)}
     return Catalog(kind="jdbc", name=JDBC_CATALOG, warehouse=warehouse, spark_config=conf, server=server, s3=s3)
 
 

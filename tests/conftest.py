@@ -32,6 +32,14 @@ settings.load_profile("suite")
 SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "test_model_based",
               "test_exactly_once", "test_faults", "test_concurrency", "test_code_location", "test_lake")
 
+# What `.ci/run` proves on the second Spark line too (`pytest -m every_line`, after the whole suite
+# on the first): the commit, race and fault paths on every catalog kind and format, the keyed
+# merges, `Changes` chains, the cursor on every input kind, and the example code location's README
+# runs (`python -m definitions`, `dagster asset materialize` twice).
+EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race_without_pool", "test_commit",
+              "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
+              "test_errors", "test_incremental", "test_code_location", "test_example_model")
+
 
 @pytest.fixture(scope="session")
 def spark_warehouse():
@@ -200,9 +208,12 @@ def instance():
 def pytest_collection_modifyitems(config, items):
     """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
-    suite without anyone having to remember the marker. SLOW_FIRST modules go first."""
+    suite without anyone having to remember the marker. EVERY_LINE modules' tests are
+    `every_line` tests. SLOW_FIRST modules go first."""
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
+        if item.module.__name__.rsplit(".", 1)[-1] in EVERY_LINE:
+            item.add_marker(pytest.mark.every_line)
     slow = {name: rank for rank, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: slow.get(item.module.__name__.rsplit(".", 1)[-1], len(slow)))

@@ -49,6 +49,16 @@ def _concat(batches: Iterable[Any]) -> Any:
     raise TypeError(f"filter() got an iterable of mixed kinds ({', '.join(kinds)}): give one kind, or use filter_batches.")
 
 
+def _records(df: Any) -> list[dict]:
+    """The frame's rows as dicts, a missing string as None (pandas 3's `str` columns hold NaN
+    for it, which a cursor would take for a number rather than for a missing value)."""
+    strings = [c for c, t in df.dtypes.items() if isinstance(t, sys.modules["pandas"].StringDtype)]
+    if strings:
+        df = df.astype({c: object for c in strings})
+        df[strings] = df[strings].where(df[strings].notna(), None)
+    return df.to_dict("records")
+
+
 class FilteredRun(LiveRun, Protocol):
     """What the row filters read from the bound run beyond the Spark filter's needs."""
 
@@ -282,7 +292,7 @@ class RowFilter:
         n = len(df)
         if self.run.spec.is_callable:
             keep = np.zeros(n, dtype=bool)
-            keep[self._row_indices(df.to_dict("records"))] = True
+            keep[self._row_indices(_records(df))] = True
             return df[keep]
         column = self.run.spec.path.column
         if column is None:

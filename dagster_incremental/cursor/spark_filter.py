@@ -116,8 +116,9 @@ def string_instants(col: Column, formats: tuple[str, ...]) -> Column:
     NULL where nothing matches (the caller reports such values)."""
     from pyspark.sql import functions as F
 
+    # try_: under ANSI mode (Spark 4's default) to_timestamp fails the job on the first bad value.
     parsed = [F.try_to_timestamp(col, F.lit(java_pattern(fmt))) for fmt in formats]
-    return F.coalesce(*parsed, F.try_to_timestamp(col)) if parsed else F.to_timestamp(col)
+    return F.coalesce(*parsed, F.try_to_timestamp(col))
 
 
 def _key_expr(col: Column, dtype: Any, ctype: str, formats: tuple[str, ...] = ()) -> Column | None:

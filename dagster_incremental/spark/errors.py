@@ -82,7 +82,8 @@ def raised_by_sql(error: BaseException, message: str) -> bool:
 
 
 def _python_error_class(error: BaseException) -> str | None:
-    getter = getattr(error, "getErrorClass", None)
+    # PySpark 4 names it getCondition; its getErrorClass warns (FutureWarning) in a run's log.
+    getter = getattr(error, "getCondition", None) or getattr(error, "getErrorClass", None)
     if getter is None:
         return None
     try:

@@ -134,10 +134,22 @@ def spark_conf(
     }
     if master.startswith("local") or _standalone_on_loopback(master):
         out.update(_this_machine_conf(out["spark.sql.shuffle.partitions"]))
+    out.update(_line_conf())
     user = {k: str(v) for k, v in (conf or {}).items()}
     out.update(_table_format_conf(table_format, user, catalog, warehouse))
     out.update(user)
     return out
+
+
+def _line_conf() -> dict[str, str]:
+    """What the running PySpark's line needs set (spark_line); none on a line without known jars,
+    whose refusal, or the user's own jars, comes with the table format's conf."""
+    from dagster_incremental.errors import IncrementalConfigError
+
+    try:
+        return dict(running_line().session_conf)
+    except IncrementalConfigError:
+        return {}
 
 
 def _standalone_on_loopback(master: str) -> bool:

@@ -30,6 +30,16 @@ class SparkLine:
     # The Hadoop its PySpark releases ship, for fetching S3A's jars ahead (tests/maven_jars.py);
     # at run time the running PySpark's own jars decide (running_hadoop).
     hadoop: str
+    # Spark conf this line needs for the library's SQL to mean what it means on 3.5 (a user's
+    # own value for a key wins).
+    session_conf: tuple[tuple[str, str], ...] = ()
+
+
+# Spark 4.1 binds `:name` parameters while parsing, which Delta 4.1's SQL parser (the session
+# extension of `format = "delta"`) does not pass on: every statement with a parameter fails with
+# UNBOUND_SQL_PARAMETER. Binding them after parsing, as 3.5 and 4.0 do, works with both formats;
+# the library passes values only where a literal goes, all this setting allows.
+PARAMETERS_BOUND_AFTER_PARSING = (("spark.sql.legacy.parameterSubstitution.constantsOnly", "true"),)
 
 
 def _iceberg(line: str, scala: str, version: str) -> Coordinates:
@@ -47,7 +57,7 @@ LINES = {
         SparkLine("4.0", "2.13", _iceberg("4.0", "2.13", "1.10.1"), None, _delta("delta-spark_2.13", "4.0.1"), "3.4.1"),
         # From Delta 4.1 on, the artifact names its Spark line too.
         SparkLine("4.1", "2.13", _iceberg("4.1", "2.13", "1.12.0"), None, _delta("delta-spark_4.1_2.13", "4.1.0"),
-                  "3.4.2"),
+                  "3.4.2", PARAMETERS_BOUND_AFTER_PARSING),
     )
 }
 

@@ -259,8 +259,7 @@ def _matched_keys(
     if snapshot.parent_id is not None:
         keys = [resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
         before = (
-            spark.read.option("snapshot-id", str(snapshot.parent_id))
-            .table(spec.table.sql)
+            spark.read.format("iceberg").option("versionAsOf", str(snapshot.parent_id)).load(spec.table.sql)
             .select(*(F.col(quote(k)) for k in keys))
         )
         dead = _tombstone(aligned)
@@ -305,7 +304,7 @@ def _window_net(
     """Net change of an Iceberg window replace (window_replace_counts), the live row counts read
     from the two snapshots' summaries."""
     def read(snapshot_id: Any) -> DataFrame:
-        return spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
+        return spark.read.format("iceberg").option("versionAsOf", str(snapshot_id)).load(table.sql)
 
     after = read(snapshot.snapshot_id)
     if snapshot.parent_id is None:
@@ -367,8 +366,8 @@ def window_counts(
     cancel, per key a removed+added pair is an update), however the commit wrote its files.
     rows_of (column, value): count only those rows (one tenant's)."""
     parent = iceberg_table(spark, table).snapshot(snapshot_id).parentId()
-    after = spark.read.option("snapshot-id", str(snapshot_id)).table(table.sql)
-    before = spark.read.option("snapshot-id", str(parent)).table(table.sql) if parent is not None else None
+    after = spark.read.format("iceberg").option("versionAsOf", str(snapshot_id)).load(table.sql)
+    before = None if parent is None else spark.read.format("iceberg").option("versionAsOf", str(parent)).load(table.sql)
     return net_window_counts(table, after, before, column, windows, keys, rows_of)
 
 

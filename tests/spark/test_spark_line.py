@@ -104,6 +104,24 @@ def test_spark_41_takes_deltas_artifact_named_for_its_line(maven_repository, ins
         "org.apache.hadoop:hadoop-aws:3.4.2,software.amazon.awssdk:bundle:2.29.52")
 
 
+PARAMETER_BINDING = "spark.sql.legacy.parameterSubstitution.constantsOnly"
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_spark_41_binds_sql_parameters_after_parsing_unless_the_user_says_otherwise(
+        maven_repository, installed_pyspark, table_format):
+    """Delta 4.1's parser drops Spark 4.1's parse-time parameters (UNBOUND_SQL_PARAMETER on every
+    MERGE the library runs); 3.5 and 4.0 bind them after parsing already and get no such key."""
+    installed_pyspark("4.1.4", hadoop="3.4.2")
+    assert spark_conf(warehouse="/w", table_format=table_format)[PARAMETER_BINDING] == "true"
+    user = spark_conf(warehouse="/w", table_format=table_format, conf={PARAMETER_BINDING: "false"})
+    assert user[PARAMETER_BINDING] == "false"
+    for version, hadoop in (("3.5.9", "3.3.4"), ("4.0.1", "3.4.1")):
+        installed_pyspark(version, hadoop=hadoop)
+        own_jar = {"spark.jars": "/mine/iceberg.jar"}  # 3.5's from its wheel, not in every venv
+        assert PARAMETER_BINDING not in spark_conf(warehouse="/w", table_format=table_format, conf=own_jar)
+
+
 def test_spark_4_iceberg_runtime_jar_is_the_local_maven_repositorys(maven_repository, installed_pyspark):
     installed_pyspark("4.0.1", hadoop="3.4.1")
     coordinates = "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.1"

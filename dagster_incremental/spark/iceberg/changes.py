@@ -87,7 +87,9 @@ def table_at(spark, table: TableRef, snapshot_id: int | None):
     """The table as of one snapshot (lazy: no Spark job until it is used)."""
     if snapshot_id is None:
         return spark.table(table.sql)
-    return spark.read.format("iceberg").option("snapshot-id", str(int(snapshot_id))).load(table.sql)
+    # `versionAsOf`, not Iceberg's own `snapshot-id` (refused from Iceberg 1.12, Spark 4.1), and
+    # through format("iceberg").load: Spark 3.5's `.table()` read ignores `versionAsOf`.
+    return spark.read.format("iceberg").option("versionAsOf", str(int(snapshot_id))).load(table.sql)
 
 
 def changed_rows(spark, table: TableRef, read: UpstreamRead):
