@@ -29,7 +29,8 @@ from bench.compare import REPO
 
 SETUP = """
 import sys
-from dagster_incremental.spark.session import build_spark_session, spark_conf
+from dagster_incremental.spark.session import build_spark_session
+from dagster_incremental.spark.session_conf import spark_conf
 spark = build_spark_session(spark_conf(master="local[1]", catalog="lake", warehouse=sys.argv[1],
                                        conf={"spark.ui.enabled": "false"}))
 spark.sql("CREATE TABLE lake.b.t USING iceberg AS SELECT id, id * 2 AS v FROM range(1000)")
@@ -42,7 +43,8 @@ t0 = time.perf_counter()
 warehouse = sys.argv[2]
 if sys.argv[1] == "session":
     from dagster_incremental.spark.iceberg.commit import iceberg_table
-    from dagster_incremental.spark.session import build_spark_session, spark_conf
+    from dagster_incremental.spark.session import build_spark_session
+    from dagster_incremental.spark.session_conf import spark_conf
     from dagster_incremental.spark.table_ref import TableRef
     spark = build_spark_session(spark_conf(master="local[*]", catalog="lake", warehouse=warehouse,
                                            conf={"spark.ui.enabled": "false"}))

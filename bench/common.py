@@ -234,7 +234,7 @@ PHASES = (
     "dagster_incremental.dagster.io_manager:SparkTableIOManager.handle_output",
     "dagster_incremental.spark.iceberg.tables:IcebergTables.after_commit",
     "dagster_incremental.dagster.checks:primary_key_unique",
-    "dagster_incremental.dagster.io_manager:SparkTableIOManager.duplicate_keys",
+    "dagster_incremental.spark.tables:SparkTables.duplicate_keys",
     "dagster_incremental.spark.local.dedup:decide",
     "dagster_incremental.spark.local.dedup:survivors",
     "dagster_incremental.spark.iceberg.local.append:LocalAppend.write_files",

@@ -51,10 +51,11 @@ def measure(spark, wd: common.Workdir, args: argparse.Namespace) -> dict:
     from dagster_incremental.spark.delta.writer import DeltaWriter
     from dagster_incremental.spark.merge.delete_insert import key_groups
     from dagster_incremental.spark.statistics import pairing_key
+    from dagster_incremental.spark.delta.table_ref import DeltaTableRef
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
-    table = TableRef(common.CATALOG, (common.NAMESPACE,), "orders").at(str(wd.warehouse / "delta_orders"))
+    table = DeltaTableRef.at(TableRef(common.CATALOG, (common.NAMESPACE,), "orders"), str(wd.warehouse / "delta_orders"))
     primary_key = (args.primary_key,) if args.primary_key else ()
     spec = WriteSpec(table=table, disposition="merge", strategy="delete-insert", primary_key=primary_key,
                      merge_key=("day",), cursor_column="day")

@@ -33,7 +33,7 @@ def start_spark(folder: str):
     """A session with Delta's jars, extension and catalog, as a user configures one."""
     from pyspark.sql import SparkSession
 
-    from dagster_incremental.spark.session import DELTA_CATALOG, DELTA_EXTENSIONS, delta_jars
+    from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS, delta_jars
 
     builder = SparkSession.builder.master("local[*]").appName("peer-plain-delta")
     for key, value in {**common.spark_extra_conf(shuffle_partitions=8), "spark.jars": delta_jars(),

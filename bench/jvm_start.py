@@ -27,7 +27,8 @@ TIMES = ("start", "tiny_job", "iceberg_jobs")
 
 CHILD = """
 import json, sys, tempfile, time
-from dagster_incremental.spark.session import build_spark_session, spark_conf
+from dagster_incremental.spark.session import build_spark_session
+from dagster_incremental.spark.session_conf import spark_conf
 conf = spark_conf(master="local[*]", catalog="lake", warehouse=tempfile.mkdtemp(),
                   conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
 t = time.perf_counter()

@@ -57,13 +57,14 @@ def measure(spark, wd: common.Workdir, args: argparse.Namespace) -> dict:
 
     from dagster_incremental.spark.delta import figures
     from dagster_incremental.spark.delta.writer import DeltaWriter
+    from dagster_incremental.spark.delta.table_ref import DeltaTableRef
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteSpec
     from dagster_incremental.spark.iceberg.writer import TableWriter
 
     delta = args.format == "delta"
     table = TableRef(common.CATALOG, (common.NAMESPACE,), "orders")
-    table = table.at(str(wd.warehouse / "delta_orders")) if delta else table
+    table = DeltaTableRef.at(table, str(wd.warehouse / "delta_orders")) if delta else table
     keys = ("id",) if args.keyed == "yes" else ()
     spec = WriteSpec(table=table, disposition="merge" if keys else "append", strategy="upsert" if keys else None,
                      primary_key=keys, cursor_column="day")

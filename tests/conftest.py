@@ -66,7 +66,10 @@ def session_jars() -> list[str]:
 def spark(spark_warehouse):
     """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`,
     and Delta's extension and catalog beside Iceberg's (as `format = "delta"` configures them)."""
-    from dagster_incremental.spark.session import DELTA_CATALOG, DELTA_EXTENSIONS, ICEBERG_EXTENSIONS, build_spark_session, spark_conf
+    from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS
+    from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
+    from dagster_incremental.spark.session import build_spark_session
+    from dagster_incremental.spark.session_conf import spark_conf
 
     jars = session_jars()
     conf = spark_conf(

@@ -70,7 +70,7 @@ def sqlite_jar() -> str | None:
 def delta_jars(on_s3: bool = False) -> list[str] | None:
     """Delta's two jars (the library's own coordinates), with S3A's two for tables on S3, or
     None if not fetched."""
-    from dagster_incremental.spark.session import delta_artifacts
+    from dagster_incremental.spark.delta.session_setup import delta_artifacts
 
     paths = [jar_path(*coordinates) for coordinates in delta_artifacts(on_s3)]
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None

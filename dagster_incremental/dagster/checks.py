@@ -159,7 +159,7 @@ def primary_key_unique(context, io, settings, batch: IncrementalBatch) -> tuple[
     added, or after a window run) is the table counted again.
     """
     table, scope = batch.spec.table, _key_scope(settings, batch)
-    snapshot = io.table_snapshot(table)
+    snapshot = io.tables.snapshot(table)
     base = {"primary_key": dg.MetadataValue.json(list(settings.primary_key)), "scope": dg.MetadataValue.text(scope)}
     if snapshot is None:
         return True, {**base, "duplicated_keys": dg.MetadataValue.int(0)}, "The table has no rows yet."
@@ -188,12 +188,12 @@ def _counted(io, settings, batch: IncrementalBatch, snapshot: int) -> Any:
     options = {"snapshot_id": snapshot, "current": _current_versions(settings), "examples": EXAMPLE_KEYS}
     if not io.spark_started and batch.window is None:
         try:
-            found = io.duplicate_keys_without_jvm(batch.spec.table, settings.primary_key, **options)
+            found = io.tables.duplicate_keys_without_jvm(batch.spec.table, settings.primary_key, **options)
         except Exception:  # noqa: BLE001 - e.g. delete files pyiceberg cannot apply: Spark counts them
             found = None
         if found is not None:
             return found
-    return io.duplicate_keys(batch.spec.table, settings.primary_key, window=batch.window, **options)
+    return io.tables.duplicate_keys(batch.spec.table, settings.primary_key, window=batch.window, **options)
 
 
 def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_key, base) -> dict[str, Any] | None:
@@ -211,7 +211,7 @@ def _kept_unique_by_merge(context, io, settings, batch: IncrementalBatch, check_
         return None
     last = _last_count(context.instance, check_key, base["scope"].value)
     since = int(last.metadata["snapshot_id"].value) if last is not None else None
-    commits = io.commits_since(batch.spec.table, since)
+    commits = io.tables.commits_since(batch.spec.table, since)
     if not commits or not all(op == "replace" or summary.get(RUN_ID_PROPERTY) == context.run_id
                               or _changes_no_row(summary) for op, summary in commits):
         return None

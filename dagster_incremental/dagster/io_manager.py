@@ -22,7 +22,7 @@ from dagster_incremental.dagster import metadata as md
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
-from dagster_incremental.spark.session import spark_conf
+from dagster_incremental.spark.session_conf import spark_conf
 from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.destination import tables_for
@@ -196,24 +196,6 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             progress.say(log, asset, f"committed {progress.rows_text(result)} to {table} (snapshot {snapshot})")
         return result, snapshot
 
-    def only_rewrites_left(self, asset_key: dg.AssetKey) -> bool:
-        return self.tables.only_rewrites_left(self.table_name(asset_key))
-
-    def table_snapshot(self, table: TableRef) -> int | None:
-        return self.tables.snapshot(table)
-
-    def commits_since(self, table: TableRef, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None:
-        return self.tables.commits_since(table, snapshot_id)
-
-    def duplicate_keys(self, table: TableRef, keys: Sequence[str], **options: Any) -> Any:
-        return self.tables.duplicate_keys(table, keys, **options)
-
-    def duplicate_keys_without_jvm(self, table: TableRef, keys: Sequence[str], **options: Any) -> Any:
-        return self.tables.duplicate_keys_without_jvm(table, keys, **options)
-
-    def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
-        return self.tables.window_counts(spec, snapshot_id, column, windows)
-
     # -- IOManager -------------------------------------------------------------------------------
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
@@ -254,11 +236,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         try:
             conf = self._spark_conf()  # the keys the session was built with (no value is shown)
             table = self.table_name(asset_key).display
-            catalog = self.tables.storage_catalog(self.catalog)
+            storage = self.tables.storage(self.catalog, conf, self._warehouse())
         except Exception:  # noqa: BLE001 - the destination itself is misconfigured: its own error stands
             return None
-        warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse") or self._warehouse()
-        problem = storage_problem(exc, catalog, warehouse, conf)
+        problem = storage_problem(exc, storage)
         return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"
 
     def _output_window(self, context: dg.OutputContext, spec: WriteSpec) -> WindowReplace | None:

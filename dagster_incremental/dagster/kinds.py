@@ -8,19 +8,16 @@ from collections.abc import Mapping
 # warehouse URI scheme -> Dagster kind (the UI has icons for these names)
 STORAGE_SCHEMES = {"s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gcs", "abfs": "azure", "abfss": "azure",
                    "wasb": "azure", "wasbs": "azure", "hdfs": "hdfs"}
-# jdbc:<database>:... -> Dagster kind
-JDBC_DATABASES = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite", "oracle": "oracle",
-                  "sqlserver": "sqlserver"}
 
 
 def table_kinds(table_format: str, catalog: str, warehouse: str, spark_conf: Mapping[str, str]) -> frozenset[str]:
     """{"spark", the format ("iceberg" or "delta")} plus the catalog's service ("rest", "postgres"
     or another JDBC database, "hive", "glue") and the storage of its warehouse ("s3", "gcs", ...).
     A local warehouse on the default (hadoop) catalog adds nothing: that is the embedded default."""
-    kinds = {"spark", table_format}
+    from dagster_incremental.spark.destination import FORMATS
+
+    kinds = {"spark", table_format} | FORMATS[table_format].catalog_kinds(spark_conf, catalog)
     prefix = f"spark.sql.catalog.{catalog}"
-    if table_format == "iceberg":
-        kinds |= _catalog_kinds(spark_conf, prefix)
     places = [warehouse, spark_conf.get(f"{prefix}.warehouse", "")]
     if "S3FileIO" in spark_conf.get(f"{prefix}.io-impl", ""):
         kinds.add("s3")
@@ -29,17 +26,3 @@ def table_kinds(table_format: str, catalog: str, warehouse: str, spark_conf: Map
         if scheme in STORAGE_SCHEMES:
             kinds.add(STORAGE_SCHEMES[scheme])
     return frozenset(kinds)
-
-
-def _catalog_kinds(conf: Mapping[str, str], prefix: str) -> set[str]:
-    """The service an Iceberg catalog is: its `type` (rest, jdbc, hive, glue) or catalog-impl."""
-    kind = (conf.get(f"{prefix}.type") or "").lower()
-    impl = conf.get(f"{prefix}.catalog-impl", "")
-    if "Glue" in impl:
-        return {"glue"}
-    if "Rest" in impl or kind == "rest":
-        return {"rest"}
-    if kind == "jdbc" or "Jdbc" in impl:
-        database = (conf.get(f"{prefix}.uri") or "").removeprefix("jdbc:").split(":", 1)[0].lower()
-        return {JDBC_DATABASES.get(database, "jdbc")}
-    return {"hive"} if kind == "hive" else set()

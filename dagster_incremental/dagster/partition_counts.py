@@ -112,7 +112,7 @@ def partition_figures(
         if len(touched) == 1:
             totals[touched[0]] += Figures.of(result)
             continue
-        counts = io.window_counts(commit.spec, result.snapshot_id, column, [windows[key] for key in touched])
+        counts = io.tables.window_counts(commit.spec, result.snapshot_id, column, [windows[key] for key in touched])
         for key, count in zip(touched, counts):
             totals[key] += Figures.of(count)
     return totals

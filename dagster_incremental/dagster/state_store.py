@@ -185,7 +185,7 @@ class CursorInForce:
                 "partition window (a window replace)."
             )
             return StoredState(state=None, source="none")
-        elif io.only_rewrites_left(context.asset_key):
+        elif io.tables.only_rewrites_left(io.table_name(context.asset_key)):
             context.log.warning(
                 f"asset {asset}: table {table} holds only compaction snapshots, none with a cursor (the "
                 f"snapshots that carried it were expired); this run resumes from {told}."

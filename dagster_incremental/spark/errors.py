@@ -3,7 +3,8 @@ message text (which changes between versions and may quote user data)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 TABLE_NOT_FOUND = "TABLE_OR_VIEW_NOT_FOUND"
@@ -142,34 +143,38 @@ NO_CONNECTION = (
 )
 
 
-def storage_problem(error: BaseException, catalog: str, warehouse: str, conf: Mapping[str, str]) -> str | None:
+@dataclass(frozen=True)
+class Storage:
+    """Where a destination's tables are kept, as a storage error names it; each format's Tables
+    says (`Tables.storage`): the Spark catalog, what kind it is, the warehouse, and what to do
+    when Spark has no file system for that warehouse."""
+
+    catalog: str
+    kind: str  # the catalog's type ("hadoop", "rest", "jdbc", "custom"), or the format ("delta")
+    warehouse: str
+    no_file_system: str  # the advice, after "Spark has no file system for ..."
+
+    @property
+    def where(self) -> str:
+        return f"catalog {self.catalog!r} (type {self.kind}, warehouse {self.warehouse})"
+
+
+def storage_problem(error: BaseException, storage: Storage) -> str | None:
     """What a storage or catalog failure means for the user, with the keys that fix it (None:
-    not one). `conf`: the session's catalog keys (only non-secret ones are named, never valued)."""
+    not one). Only non-secret keys are named, never valued."""
     classes = java_classes(error)
     if not classes:
         return None
-    prefix = f"spark.sql.catalog.{catalog}"
-    kind = conf.get(f"{prefix}.type") or ("custom" if f"{prefix}.catalog-impl" in conf else "hadoop")
-    kind = "delta" if catalog == "spark_catalog" else kind  # Delta tables: folders, no Iceberg catalog
-    where = f"catalog {catalog!r} (type {kind}, warehouse {warehouse})"
-    if NO_FILE_SYSTEM in classes and kind == "delta":
-        return (f"{where}: Spark has no file system for this warehouse: Delta on S3 writes through Hadoop's "
-                "S3A, whose jars (org.apache.hadoop:hadoop-aws and com.amazonaws:aws-java-sdk-bundle) must "
-                'be in the local Maven repository or in "spark.jars.packages" (docs/delta.md, "On S3").')
+    prefix = f"spark.sql.catalog.{storage.catalog}"
     if NO_FILE_SYSTEM in classes:
-        scheme = warehouse.split("://", 1)[0] if "://" in warehouse else "this"
-        return (f"{where}: Spark has no file system for {scheme}:// paths, and a {kind} catalog keeps its "
-                f"tables through one. For tables on S3 use a catalog service with Iceberg's S3FileIO: in "
-                f'config.toml [spark.conf], "{prefix}.type" = "rest" (or "jdbc") with "{prefix}.uri", and '
-                f'"{prefix}.io-impl" = "org.apache.iceberg.aws.s3.S3FileIO" (docs/clusters-and-catalogs.md); '
-                "or set [destination] warehouse to a local folder.")
+        return f"{storage.where}: Spark has no file system for {storage.no_file_system}"
     if classes.intersection(ACCESS_DENIED) or _s3_denied(error):
-        return (f"{where} refused access: its credentials are missing or wrong. In config/secrets.toml "
+        return (f"{storage.where} refused access: its credentials are missing or wrong. In config/secrets.toml "
                 f'[spark.conf] set the catalog\'s "{prefix}.credential" (or "{prefix}.token") and the S3 keys '
                 f'"{prefix}.s3.access-key-id" / "{prefix}.s3.secret-access-key" (or AWS_ACCESS_KEY_ID / '
                 "AWS_SECRET_ACCESS_KEY in the environment), with rights to read and write the warehouse.")
     if classes.intersection(NO_CONNECTION):
-        return (f"{where} could not be reached, or no credentials were found: check \"{prefix}.uri\" and "
+        return (f"{storage.where} could not be reached, or no credentials were found: check \"{prefix}.uri\" and "
                 f'"{prefix}.s3.endpoint" in config.toml [spark.conf], and set the S3 keys in config/secrets.toml '
                 f'[spark.conf] ("{prefix}.s3.access-key-id" / "{prefix}.s3.secret-access-key") or as '
                 "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_incremental.spark.data_commit import DataCommit
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
     from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
     from dagster_incremental.spark.committed_state import CommittedState
+    from dagster_incremental.spark.errors import Storage
     from dagster_incremental.spark.key_check import DuplicateKeys
     from dagster_incremental.spark.run_commit import CursorGuard
 
@@ -55,7 +57,7 @@ class Tables(Protocol):
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef: ...
 
-    def storage_catalog(self, catalog: str) -> str: ...  # the Spark catalog a storage error names
+    def storage(self, catalog: str, conf: Mapping[str, str], warehouse: str) -> Storage: ...  # as errors name it
 
     def committed_state(self, table: TableRef, scope: str | None) -> CommittedState | None: ...
 
@@ -106,6 +108,11 @@ class FormatPackage(Protocol):
     def open_tables(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> Tables: ...
 
     def upstream_changes(self) -> UpstreamChanges: ...
+
+    def session_conf(self, user: Mapping[str, str], catalog: str | None,
+                     warehouse: str | Path | None) -> dict[str, str]: ...  # jars, extensions, catalog
+
+    def catalog_kinds(self, conf: Mapping[str, str], catalog: str) -> set[str]: ...  # the UI's kinds
 
 
 __all__ = ["DataCommit", "FormatPackage", "Log", "Tables", "UpstreamChanges", "Writer"]

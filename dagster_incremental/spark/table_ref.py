@@ -28,8 +28,8 @@ class TableRef:
     catalog: str
     namespace: tuple[str, ...]
     name: str
-    # A Delta table lives at a path, not in a catalog: `.sql` is then Delta's path identifier
-    # (delta.`<location>`), while `display` keeps the name people know it by.
+    # Where the table's folder is, for a format that names its tables by path (spark/delta's
+    # DeltaTableRef, whose `.sql` is then that path); `display` keeps the name people know.
     location: str | None = None
 
     def __post_init__(self) -> None:
@@ -65,15 +65,8 @@ class TableRef:
 
     @property
     def sql(self) -> str:
-        """The quoted identifier: `catalog`.`namespace`.`name` (backticks inside doubled), or
-        delta.`<location>` for a table at a path."""
-        if self.location is not None:
-            return qualified("delta", self.location)
+        """The quoted identifier: `catalog`.`namespace`.`name` (backticks inside doubled)."""
         return qualified(*self.parts)
-
-    def at(self, location: str) -> TableRef:
-        """The same name, kept at `location` (a Delta table's folder)."""
-        return TableRef(self.catalog, self.namespace, self.name, location)
 
     @property
     def namespace_sql(self) -> str:

@@ -100,8 +100,8 @@ def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commit
     asset = source_asset("pk_kept", config, "upsert", lambda: source["rows"])
     counted = []
     for count in ("duplicate_keys", "duplicate_keys_without_jvm"):  # by Spark, or in the process
-        original = getattr(type(io), count)
-        monkeypatch.setattr(type(io), count, lambda self, *a, _o=original, **k: counted.append(1) or _o(self, *a, **k))
+        original = getattr(type(io.tables), count)
+        monkeypatch.setattr(type(io.tables), count, lambda self, *a, _o=original, **k: counted.append(1) or _o(self, *a, **k))
     first = evaluations(materialize(asset, instance, io))["primary_key_unique"]  # a new table from a deduplicated batch
     assert first.passed and "since the table's creation" in values(first)["unique_since_count"]
     for updated in (2, 3):
@@ -136,15 +136,15 @@ def test_keys_counted_without_a_jvm_agree_with_spark(spark, spark_warehouse, tmp
         frame.writeTo(table.sql).using("iceberg").create()
     else:
         frame.write.format("delta").save(table.location)
-    snapshot = io.table_snapshot(table)
+    snapshot = io.tables.snapshot(table)
     for current, count in ((None, 3), (("_valid_to", None), 2)):
         options = {"snapshot_id": snapshot, "current": current, "examples": 5}
-        local = io.duplicate_keys_without_jvm(table, ["id"], **options)  # the table spells it ID
-        by_spark = io.duplicate_keys(table, ["id"], **options)
+        local = io.tables.duplicate_keys_without_jvm(table, ["id"], **options)  # the table spells it ID
+        by_spark = io.tables.duplicate_keys(table, ["id"], **options)
         assert local is not None and local.count == by_spark.count == count
         assert sorted(local.examples, key=str) == sorted(by_spark.examples, key=str)
     monkeypatch.setattr("dagster_incremental.spark.local.key_check.MAX_ROWS", len(rows) - 1)
-    assert io.duplicate_keys_without_jvm(table, ["id"], snapshot_id=snapshot, current=None, examples=5) is None  # Spark's
+    assert io.tables.duplicate_keys_without_jvm(table, ["id"], snapshot_id=snapshot, current=None, examples=5) is None  # Spark's
 
 
 def test_a_column_mapped_delta_table_has_its_keys_counted_by_spark(spark, tmp_path):
@@ -157,10 +157,10 @@ def test_a_column_mapped_delta_table_has_its_keys_counted_by_spark(spark, tmp_pa
     spark.createDataFrame([(1, "a"), (2, "b")], "`order id` long, name string").write.format("delta").option(
         "delta.columnMapping.mode", "name").option("delta.minReaderVersion", "2").option(
         "delta.minWriterVersion", "5").save(table.location)
-    snapshot = io.table_snapshot(table)
+    snapshot = io.tables.snapshot(table)
     options = {"snapshot_id": snapshot, "current": None, "examples": 5}
-    assert io.duplicate_keys_without_jvm(table, ["order id"], **options) is None
-    assert io.duplicate_keys(table, ["order id"], **options).count == 0
+    assert io.tables.duplicate_keys_without_jvm(table, ["order id"], **options) is None
+    assert io.tables.duplicate_keys(table, ["order id"], **options).count == 0
 
 
 # -- cursor_fresh ---------------------------------------------------------------------------------

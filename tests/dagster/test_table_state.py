@@ -65,7 +65,7 @@ def warnings(instance, result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def current_snapshot_id(io, name: str) -> int:
-    snapshot_id = io.table_snapshot(io.table_name(dg.AssetKey(name)))
+    snapshot_id = io.tables.snapshot(io.table_name(dg.AssetKey(name)))
     assert snapshot_id is not None
     return snapshot_id
 
@@ -191,7 +191,7 @@ def test_a_lost_table_fails_the_run_until_a_full_refresh(spark, instance, io_man
     for part in ("orders", f"lake.{namespace}.orders", iso(3), first.run_id,
                  "{ops: {orders: {config: {full_refresh: true}}}}", "[destination]"):
         assert part in message, part
-    assert io_manager.table_snapshot(io_manager.table_name(dg.AssetKey("orders"))) is None  # nothing written
+    assert io_manager.tables.snapshot(io_manager.table_name(dg.AssetKey("orders"))) is None  # nothing written
 
     refreshed = run(orders, instance, io_manager, REFRESH)
     assert [r["id"] for r in rows(spark, io_manager, "orders")] == [0, 1, 2, 3]

@@ -21,6 +21,7 @@ from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCu
 from dagster_incremental.spark.delta import commit as delta_commit
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
+from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 from catalogs import assert_delta_rs_agrees, delta_by_spark_only, delta_catalog
@@ -37,7 +38,7 @@ def iso(day: int) -> str:
 @pytest.fixture
 def delta_table(spark_warehouse):
     name = "t_" + uuid.uuid4().hex[:8]
-    return TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")
+    return DeltaTableRef.at(TableRef("lake", ("direct",), name), f"{spark_warehouse}/delta/direct/{name}")
 
 
 def rows(spark, table) -> list[tuple]:
@@ -207,7 +208,7 @@ def test_a_delta_upstreams_changes_applied_in_any_steps_give_its_rows(spark, spa
     from dagster_incremental.spark.upstream_changes import read_changes
 
     name = "c_" + uuid.uuid4().hex[:8]
-    table = TableRef("lake", ("direct",), name).at(f"{spark_warehouse}/delta/direct/{name}")
+    table = DeltaTableRef.at(TableRef("lake", ("direct",), name), f"{spark_warehouse}/delta/direct/{name}")
     spark.createDataFrame([(0, 0)], "id bigint, amount bigint").write.format("delta").save(table.location)
     copy: Counter = Counter()
     cursor = None

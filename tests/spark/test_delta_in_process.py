@@ -21,6 +21,7 @@ from dagster_incremental.spark.delta import writer as delta_writer
 from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.local.rows import LocalRows
+from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
 
@@ -32,7 +33,7 @@ AT = datetime(2024, 3, 1, 12, 30)
 
 def new_table(warehouse: str) -> TableRef:
     name = "t_" + uuid.uuid4().hex[:8]
-    return TableRef("lake", ("in_process",), name).at(f"{warehouse}/delta/in_process/{name}")
+    return DeltaTableRef.at(TableRef("lake", ("in_process",), name), f"{warehouse}/delta/in_process/{name}")
 
 
 def engine(table: TableRef, version: int) -> str:

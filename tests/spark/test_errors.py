@@ -60,12 +60,15 @@ def test_a_statements_own_raise_error_is_recognised(spark):
     assert errors.error_classes(KeyError("x")) == set() and not errors.is_commit_conflict(KeyError("x"))
 
 
+LAKE = errors.Storage("lake", "hadoop", "/tmp/warehouse", "this warehouse")
+
+
 def test_a_missing_table_or_a_python_error_is_no_storage_problem(spark):
     """Only storage and catalog failures get the storage advice: a missing table (a planning
     error) and an error without a JVM behind it are left as they are."""
     missing = caught(lambda: spark.table(TableRef("lake", ("errors",), "no_such_table").sql))
-    assert errors.storage_problem(missing, "lake", "/tmp/warehouse", {}) is None
-    assert errors.storage_problem(ValueError("no JVM behind it"), "lake", "/tmp/warehouse", {}) is None
+    assert errors.storage_problem(missing, LAKE) is None
+    assert errors.storage_problem(ValueError("no JVM behind it"), LAKE) is None
 
 
 def test_a_java_error_is_told_as_itself_when_the_aws_sdk_is_not_on_the_classpath(spark, monkeypatch):
@@ -74,4 +77,4 @@ def test_a_java_error_is_told_as_itself_when_the_aws_sdk_is_not_on_the_classpath
     would stand in for the run's own error."""
     monkeypatch.setattr(errors, "S3_ANSWER", "software.amazon.awssdk.services.s3.model.NotOnTheClasspath")
     failed = caught(lambda: spark._jvm.java.lang.Integer.parseInt("not a number"))
-    assert errors.storage_problem(failed, "lake", "/tmp/warehouse", {}) is None
+    assert errors.storage_problem(failed, LAKE) is None

@@ -117,7 +117,8 @@ import multiprocessing, os, sys
 
 def step(queue):
     from pyspark import SparkContext
-    from dagster_incremental.spark.session import build_spark_session, spark_conf
+    from dagster_incremental.spark.session import build_spark_session
+    from dagster_incremental.spark.session_conf import spark_conf
     build_spark_session(spark_conf(master="local[1]", warehouse=sys.argv[1]))
     queue.put(SparkContext._gateway.proc.pid)
 

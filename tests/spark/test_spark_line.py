@@ -11,7 +11,9 @@ import pyspark
 import pytest
 
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark.session import delta_conf, iceberg_runtime_jar, spark_conf
+from dagster_incremental.spark.delta.session_setup import delta_conf
+from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
+from dagster_incremental.spark.session_conf import spark_conf
 from dagster_incremental.spark.spark_line import running_line
 
 TESTS = Path(__file__).resolve().parents[1]

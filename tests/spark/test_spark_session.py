@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dagster_incremental.spark.session import spark_conf
+from dagster_incremental.spark.session_conf import spark_conf
 
 
 def test_local_and_loopback_cluster_masters_keep_the_driver_on_loopback():

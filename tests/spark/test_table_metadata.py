@@ -44,7 +44,7 @@ def _schema(folder):
 
 
 def hadoop_conf(warehouse: str, catalog: str = "lake", **extra: str) -> dict[str, str]:
-    from dagster_incremental.spark.session import iceberg_catalog_conf
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_catalog_conf
 
     return {**iceberg_catalog_conf(catalog, warehouse), **extra}
 

@@ -18,6 +18,7 @@ from dagster_incremental.spark.iceberg.commit import conflicts_as_concurrent_run
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.batch_fit import prunable_partition_by
@@ -84,7 +85,7 @@ def writer(spark):
 def format_writer(request, spark, spark_warehouse, table):
     """(writer, table) of each table format: an Iceberg table of the catalog, a Delta table's folder."""
     if request.param == "delta":
-        return DeltaWriter(spark), table.at(f"{spark_warehouse}/delta/tw/{table.name}")
+        return DeltaWriter(spark), DeltaTableRef.at(table, f"{spark_warehouse}/delta/tw/{table.name}")
     return TableWriter(spark), table
 
 

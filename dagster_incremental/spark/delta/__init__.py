@@ -6,6 +6,7 @@ run's questions; changes.py reads an upstream's changes)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,7 +20,18 @@ def open_tables(conf: Callable[[], Mapping[str, str]], warehouse: str) -> Tables
     return DeltaTables(conf, warehouse)
 
 
+def session_conf(user: Mapping[str, str], catalog: str | None, warehouse: str | Path | None) -> dict[str, str]:
+    """The jars, extensions and catalog a session needs for Delta tables."""
+    from dagster_incremental.spark.delta.session_setup import delta_session_conf
+
+    return delta_session_conf(user, catalog, warehouse)
+
 def upstream_changes() -> UpstreamChanges:
     from dagster_incremental.spark.delta import changes as delta_changes
 
     return delta_changes
+
+
+def catalog_kinds(conf: Mapping[str, str], catalog: str) -> set[str]:
+    """Delta tables are folders under the warehouse: no catalog service to show."""
+    return set()

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.committed_state import CommittedState
+from dagster_incremental.spark.errors import Storage
 from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.delta.storage import S3_SCHEMES, S3Settings, as_s3a, on_s3, use_s3_settings
+from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.tables import SparkTables
 from dagster_incremental.spark.write_spec import IncrementalBatch, WriteResult, WriteSpec
@@ -51,10 +53,14 @@ class DeltaTables(SparkTables["DeltaNow"]):
             use_s3_settings(S3Settings.from_spark_conf(self.session.conf))
             self._s3_settings_set = True
         name = TableRef.for_asset(catalog, namespace, key_path)
-        return name.at("/".join((self.warehouse, *name.namespace, name.name)))
+        return DeltaTableRef.at(name, "/".join((self.warehouse, *name.namespace, name.name)))
 
-    def storage_catalog(self, catalog: str) -> str:
-        return "spark_catalog"  # Delta tables are folders, read through Spark's own catalog
+    def storage(self, catalog: str, conf: Mapping[str, str], warehouse: str) -> Storage:
+        """Delta tables are folders, read through Spark's own catalog; on S3 through S3A's jars."""
+        return Storage("spark_catalog", "delta", conf.get("spark.sql.catalog.spark_catalog.warehouse") or warehouse, (
+            "this warehouse: Delta on S3 writes through Hadoop's S3A, whose jars "
+            "(org.apache.hadoop:hadoop-aws and com.amazonaws:aws-java-sdk-bundle) must be in the local Maven "
+            'repository or in "spark.jars.packages" (docs/delta.md, "On S3").'))
 
     @property
     def writer(self) -> DeltaWriter:

@@ -6,6 +6,7 @@ local/ commits local rows without a Spark job)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,7 +20,34 @@ def open_tables(conf: Callable[[], Mapping[str, str]], warehouse: str) -> Tables
     return IcebergTables(conf)
 
 
+def session_conf(user: Mapping[str, str], catalog: str | None, warehouse: str | Path | None) -> dict[str, str]:
+    """The jars, extensions and catalog a session needs for Iceberg tables."""
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_session_conf
+
+    return iceberg_session_conf(user, catalog, warehouse)
+
 def upstream_changes() -> UpstreamChanges:
     from dagster_incremental.spark.iceberg import changes as iceberg_changes
 
     return iceberg_changes
+
+
+# jdbc:<database>:... -> the Dagster kind of that database
+JDBC_DATABASES = {"postgresql": "postgres", "mysql": "mysql", "sqlite": "sqlite", "oracle": "oracle",
+                  "sqlserver": "sqlserver"}
+
+
+def catalog_kinds(conf: Mapping[str, str], catalog: str) -> set[str]:
+    """The service an Iceberg catalog is, as a Dagster kind: its `type` (rest, jdbc's database,
+    hive) or catalog-impl (glue); none for the default Hadoop catalog (a folder)."""
+    prefix = f"spark.sql.catalog.{catalog}"
+    kind = (conf.get(f"{prefix}.type") or "").lower()
+    impl = conf.get(f"{prefix}.catalog-impl", "")
+    if "Glue" in impl:
+        return {"glue"}
+    if "Rest" in impl or kind == "rest":
+        return {"rest"}
+    if kind == "jdbc" or "Jdbc" in impl:
+        database = (conf.get(f"{prefix}.uri") or "").removeprefix("jdbc:").split(":", 1)[0].lower()
+        return {JDBC_DATABASES.get(database, "jdbc")}
+    return {"hive"} if kind == "hive" else set()

@@ -8,12 +8,13 @@ from the table's files (no cursor change, no rows) never start Spark.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dagster_incremental.spark.committed_state import CommittedState
+from dagster_incremental.spark.errors import Storage
 from dagster_incremental.spark.iceberg.files import TableFiles
 from dagster_incremental.spark.table_format import Log
 from dagster_incremental.spark.table_ref import TableRef
@@ -34,8 +35,18 @@ class IcebergTables(SparkTables["IcebergNow"]):
         """The table of the asset whose key is `key_path`."""
         return TableRef.for_asset(catalog, namespace, key_path)
 
-    def storage_catalog(self, catalog: str) -> str:
-        return catalog
+    def storage(self, catalog: str, conf: Mapping[str, str], warehouse: str) -> Storage:
+        """The catalog a storage error names, its type, its warehouse, and what to do when Spark
+        has no file system for that warehouse (a Hadoop catalog writes through one)."""
+        prefix = f"spark.sql.catalog.{catalog}"
+        kind = conf.get(f"{prefix}.type") or ("custom" if f"{prefix}.catalog-impl" in conf else "hadoop")
+        warehouse = conf.get(f"{prefix}.warehouse") or warehouse
+        scheme = warehouse.split("://", 1)[0] if "://" in warehouse else "this"
+        return Storage(catalog, kind, warehouse, (
+            f"{scheme}:// paths, and a {kind} catalog keeps its tables through one. For tables on S3 use a "
+            f'catalog service with Iceberg\'s S3FileIO: in config.toml [spark.conf], "{prefix}.type" = "rest" '
+            f'(or "jdbc") with "{prefix}.uri", and "{prefix}.io-impl" = "org.apache.iceberg.aws.s3.S3FileIO" '
+            "(docs/clusters-and-catalogs.md); or set [destination] warehouse to a local folder."))
 
     @property
     def writer(self) -> TableWriter:
