@@ -88,18 +88,13 @@ def incremental_asset(
     Other parameters can receive credentials from secrets.toml (`[assets.<name>] api_token =
     "..."` -> `api_token: str | None = None`), read inside each run and masked in its logs.
 
-    `freshness` (a timedelta, an ISO-8601 duration like "PT2H", or seconds) adds the
-    cursor_fresh asset check (the data's age) and, from a minute up, a Dagster freshness policy
-    (the time since the last materialization). A partitioned asset's checks are evaluated per
-    partition. The kinds shown are Spark's, the table format's and the catalog's (rest, postgres,
-    s3, ...), plus any `kinds` given. `check_severity` ("WARN" or "ERROR") is how failed checks show.
-    `partitions_def` may be static (tenants) or tenant x day: each tenant keeps its own cursor,
-    and `partition_column` names the column that holds a row's tenant. `window_column` names the
-    column whose value places a row in a time window (default: the cursor's column); a
-    time-window asset with neither is refused, since a partition run replaces its window's rows.
-    `upstream_commits_per_slice` cuts a run that reads `Changes` into slices of at most that many
-    upstream commits, each committed with the upstream snapshot it read up to.
-    Extra keyword arguments (tags, owners, automation_condition, ...) go to `dagster.asset`.
+    `freshness` (timedelta, ISO-8601 duration or seconds) adds the cursor_fresh check (the data's
+    age) and, from a minute up, a freshness policy; `check_severity` is "WARN" or "ERROR". Checks
+    of a partitioned asset are per partition. Kinds: Spark, the format, the catalog, plus `kinds`.
+    `partitions_def` may be static (tenants, each with its own cursor; `partition_column` holds a
+    row's tenant) or time windows (`window_column`, default the cursor's column, places a row in
+    one; with neither, refused). `upstream_commits_per_slice` slices a `Changes` run by upstream
+    commits. Other keyword arguments (tags, owners, automation_condition...) go to `dagster.asset`.
 
     Examples:
         .. code-block:: python

@@ -107,7 +107,7 @@ class LocalRows:
         if self._memory is not None:
             return self._memory
         wanted = pa.schema([self.schema.field(name) for name in names])
-        return pa.concat_tables([self._conform(self._select(chunk, names), wanted) for chunk in self._stored(names)])
+        return pa.concat_tables([_conform(_select(chunk, names), wanted) for chunk in self._stored(names)])
 
     def column_chunks(self, name: str) -> Iterator[pa.ChunkedArray | None]:
         """One column of every row (before dedup), a stored chunk at a time (None where a chunk
@@ -123,7 +123,7 @@ class LocalRows:
             if self.keep is not None:
                 chunk = chunk.filter(pa.array(self.keep[offset : offset + size]))
             offset += size
-            yield self._conform(chunk, schema)
+            yield _conform(chunk, schema)
 
     def table(self) -> pa.Table:
         """All surviving rows in memory (small batches, or where a consumer needs them whole)."""
@@ -154,19 +154,20 @@ class LocalRows:
                     schema=pa.schema([reader.schema.field(n) for n in present]),
                 )
 
-    @staticmethod
-    def _select(chunk: pa.Table, names: list[str]) -> pa.Table:
-        return chunk.select([n for n in names if n in chunk.column_names])
 
-    @staticmethod
-    def _conform(chunk: pa.Table, schema: pa.Schema) -> pa.Table:
-        if chunk.schema == schema:
-            return chunk
-        columns = [
-            chunk[f.name].cast(f.type) if f.name in chunk.column_names else pa.nulls(chunk.num_rows, f.type)
-            for f in schema
-        ]
-        return pa.Table.from_arrays(columns, schema=schema)
+def _select(chunk: pa.Table, names: list[str]) -> pa.Table:
+    return chunk.select([n for n in names if n in chunk.column_names])
+
+
+def _conform(chunk: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A chunk with the rows' final schema: columns cast, the ones it lacks as nulls."""
+    if chunk.schema == schema:
+        return chunk
+    columns = [
+        chunk[f.name].cast(f.type) if f.name in chunk.column_names else pa.nulls(chunk.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _micro_timestamps(table: pa.Table) -> pa.Table:
