@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing.util
+import os
 import subprocess
 import threading
 from collections.abc import Mapping
@@ -24,8 +25,10 @@ def build_spark_session(conf: Mapping[str, str]):
 
     Raises:
         IncrementalConfigError: the process's session already has a catalog of this name with
-            other settings (`check_catalogs`); nothing was changed then.
+            other settings (`check_catalogs`); or Spark Connect is asked for (`refuse_connect`);
+            nothing was changed then.
     """
+    refuse_connect(conf)
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -53,6 +56,19 @@ def build_spark_session(conf: Mapping[str, str]):
 
 _BUILD_LOCK = threading.Lock()
 
+
+def refuse_connect(conf: Mapping[str, str]) -> None:
+    """PySpark makes a Spark Connect session when SPARK_REMOTE or `spark.remote` is set; the
+    commits here go through the driver JVM in this process, which such a session lacks."""
+    from dagster_incremental.errors import IncrementalConfigError
+
+    asked = [n for n, v in (("the SPARK_REMOTE variable", os.environ.get("SPARK_REMOTE")),
+                            ('config.toml [spark.conf] "spark.remote"', conf.get("spark.remote"))) if v]
+    if asked:  # the URL is not shown: a Connect URL may carry a token
+        raise IncrementalConfigError(
+            f"{' and '.join(asked)} asks for a Spark Connect session, which this release cannot run yet "
+            "(its commits go through the Spark driver in the Dagster process); unset it for the Dagster "
+            'process and set [spark] master (e.g. "local[*]" or "spark://host:7077")')
 
 
 # ---------------------------------------------------------------- credentials off the command line
