@@ -14,8 +14,8 @@ Two levels:
 - asset level (a handful of examples, real Spark + Iceberg + Dagster): the same generated plans
   run through `@incremental_asset` and `SparkTableIOManager`.
 
-Profiles: DI_HYPOTHESIS_PROFILE=ci (default: 300 engine examples, 4 Spark examples) or large
-(3000 and 25).
+Profiles: DI_HYPOTHESIS_PROFILE=ci (default: 300 engine examples; at asset level the two explicit
+histories and 4 random ones per Iceberg catalog kind, 2 per Delta kind) or large (3000; 25 and 25).
 """
 
 from __future__ import annotations
@@ -30,13 +30,18 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dagster_incremental.cursor.spec import incremental
+from catalogs import ICEBERG_ONLY
 from instances import fresh_instance
 
 PROFILE = os.environ.get("DI_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in ("ci", "large"):
     raise RuntimeError(f"DI_HYPOTHESIS_PROFILE must be ci or large, got {PROFILE!r}")
 ENGINE_EXAMPLES = 300 if PROFILE == "ci" else 3000
-SPARK_EXAMPLES = 4 if PROFILE == "ci" else 25  # including the two explicit examples
+# Random plans per catalog kind, on top of the two explicit ones (RICH_PLAN below). A Delta run
+# costs about twice an Iceberg one and the two Delta kinds share one writer (they differ in the
+# storage under it, which every commit of the explicit plans crosses): fewer random plans there.
+SPARK_EXAMPLES = 4 if PROFILE == "ci" else 25
+DELTA_SPARK_EXAMPLES = 2 if PROFILE == "ci" else 25
 
 LAG = 2
 
@@ -218,6 +223,10 @@ def spark_env(spark, catalog, tmp_path_factory):
 
 
 STRATEGIES = ["upsert", "delete-insert", "append"]
+DELTA_KINDS = pytest.mark.parametrize("catalog", ["delta", "delta-s3"], indirect=True)
+# The keyed merge of the rich plan: upsert, but delete-insert on delta-s3, so that each run takes
+# both keyed merges of the Delta writer through every edge of RICH_PLAN (few random plans there).
+RICH_MERGE = {"delta-s3": "delete-insert"}
 
 # Always run (on top of the random plans): every kind of change and load in one history.
 RICH_PLAN = [
@@ -234,19 +243,42 @@ RICH_PLAN = [
 ]
 
 
+def _exactly_once_property(max_examples: int):
+    """The asset-level property's Hypothesis decorators: `max_examples` random plans and strategies
+    on top of the rich plan with the kind's keyed merge and with append."""
+    def decorate(test):
+        test = example(plan=RICH_PLAN, strategy_index=2)(test)  # append
+        test = example(plan=RICH_PLAN, strategy_index=None)(test)  # the kind's RICH_MERGE
+        test = given(plan=plans(max_steps=6), strategy_index=st.integers(0, len(STRATEGIES) - 1))(test)
+        return settings(max_examples=max_examples, deadline=None, database=None, suppress_health_check=[
+            HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])(test)
+    return decorate
+
+
 @pytest.mark.spark
-@settings(max_examples=SPARK_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
-@given(plan=plans(max_steps=6), strategy_index=st.integers(0, len(STRATEGIES) - 1))
-@example(plan=RICH_PLAN, strategy_index=0)  # upsert
-@example(plan=RICH_PLAN, strategy_index=2)  # append
+@ICEBERG_ONLY
+@_exactly_once_property(SPARK_EXAMPLES)
 def test_assets_any_split_of_any_history_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index):
+    _assert_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index)
+
+
+@pytest.mark.spark
+@DELTA_KINDS
+@_exactly_once_property(DELTA_SPARK_EXAMPLES)
+def test_delta_assets_any_split_of_any_history_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index):
+    _assert_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index)
+
+
+def _assert_loads_exactly_once(spark, catalog, spark_env, plan, strategy_index) -> None:
+    """Runs `plan` through an asset of STRATEGIES[strategy_index] (None: the kind's RICH_MERGE);
+    the table is one full load of the final source (merge) or holds every version of it
+    (append), and other readers agree."""
     from attack_support import DISPOSITIONS, failure_text, materialize, rows, table_exists
     from catalogs import assert_other_readers_agree
     from dagster_incremental import Incremental, incremental_asset
 
     instance, io, config = spark_env
-    strategy = STRATEGIES[strategy_index]
+    strategy = STRATEGIES[strategy_index] if strategy_index is not None else RICH_MERGE.get(catalog.kind, "upsert")
     name = "eo_" + uuid.uuid4().hex[:10]
     source = Source()
 
