@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from dagster_incremental.cursor import values as cv
+from dagster_incremental.cursor.bounds import bound_key, bound_type, check_bounds, check_callable_range, check_order
 from dagster_incremental.cursor.paths import CursorPath, parse_cursor_path
 from dagster_incremental.cursor.step import Step, number_needs_end, parse_step
 from dagster_incremental.cursor.vocabulary import (
@@ -23,7 +24,6 @@ from dagster_incremental.cursor.vocabulary import (
     ON_CURSOR_VALUE_MISSING,
     RANGE_BOUNDS,
     ROW_ORDERS,
-    TEMPORAL_TYPES,
     CursorType,
     LastValueFunc,
     OnCursorValueMissing,
@@ -187,7 +187,9 @@ class CursorDefinition:
                 f"end_value={self.end_value!r} was given without initial_value: a bounded range "
                 "(backfill) needs both; set initial_value to the range start."
             )
-        self._check_bounds()
+        if not self.is_callable:
+            bounds = {"initial_value": self.initial_value, "end_value": self.end_value}
+            check_bounds(self.cursor_path, bounds, self.cursor_type, self.formats)
         self._resolve_values()
         self._check_step()
 
@@ -222,20 +224,6 @@ class CursorDefinition:
         return tuple(dict.fromkeys([*((self.datetime_format,) if self.datetime_format else ()),
                                     *(self.cursor_datetime_formats or ())]))
 
-    def _check_bounds(self) -> None:
-        """initial_value / end_value by config.toml's rule (a callable compares its own values)."""
-        if self.is_callable:
-            return
-        for arg in ("initial_value", "end_value"):
-            value = getattr(self, arg)
-            if value is None:
-                continue
-            try:
-                cv.check_bound(value, self.cursor_type, formats=self.formats)
-            except cv.BadBound as bad:
-                raise IncrementalConfigError(
-                    f"incremental({self.cursor_path!r}): {arg}={value!r} {bad.problem}; {bad.hint}.") from None
-
     def _check_step(self) -> None:
         """step: valid, for a cursor going up, and (when the type is known now) fit for its type."""
         set_ = object.__setattr__
@@ -255,77 +243,24 @@ class CursorDefinition:
     def _resolve_values(self) -> None:
         """The cursor type and the bounds as keys; a callable compares public values itself."""
         if self.is_callable:
-            self._check_callable_range()
+            if self.end_value is not None:
+                check_callable_range(self.function, self.initial_value, self.end_value, func_name(self.last_value_func))
             error = self.lag_error(self.cursor_type)
             if error is not None:
                 raise error
             ctype, ik, ek = self.cursor_type, None, None
         else:
-            ctype = self._value_type()
-            ik, ek = self._value_key("initial_value", ctype), self._value_key("end_value", ctype)
-            self._check_lag_and_order(ctype, ik, ek)
+            ctype = bound_type(self.initial_value, self.end_value, self.cursor_type)
+            ik = bound_key("initial_value", self.initial_value, ctype, self.formats)
+            ek = bound_key("end_value", self.end_value, ctype, self.formats)
+            error = self.lag_error(ctype)
+            if error is not None:
+                raise error
+            check_order(self.direction, self.last_value_func, self.initial_value, self.end_value, ik, ek)
         set_ = object.__setattr__
         set_(self, "_type", ctype)
         set_(self, "_initial_key", ik)
         set_(self, "_end_key", ek)
-
-    def _check_callable_range(self) -> None:
-        func = self.last_value_func
-        if self.end_value is None or isinstance(func, str):
-            return
-        try:
-            ok = func((self.end_value, self.initial_value)) == self.end_value
-        except Exception as e:  # noqa: BLE001 - user function
-            raise IncrementalConfigError(
-                f"initial_value={self.initial_value!r} and end_value={self.end_value!r} are "
-                f"not comparable by last_value_func: {e}"
-            ) from e
-        if not ok:
-            raise IncrementalConfigError(
-                f"end_value={self.end_value!r} is on the wrong side of initial_value="
-                f"{self.initial_value!r} for last_value_func {func_name(self.last_value_func)}: "
-                "last_value_func((end_value, initial_value)) must return end_value."
-            )
-
-    def _value_type(self) -> CursorType | None:
-        """cursor_type, else the type of initial_value / end_value (which must be comparable)."""
-        types: dict[str, CursorType] = {}
-        for arg in ("initial_value", "end_value"):
-            value = getattr(self, arg)
-            if value is not None:
-                t = cv.detect_type(value)
-                if t is None:
-                    raise IncrementalConfigError(
-                        f"{arg}={value!r} (type {type(value).__name__}) cannot be a cursor value: use a "
-                        "datetime, date, ISO-8601 string, number or string."
-                    )
-                types[arg] = t
-        ctype = self.cursor_type
-        if ctype is None and types:
-            ctype = types.get("initial_value") or types["end_value"]
-            if ctype == "date" and "timestamp" in types.values():
-                ctype = "timestamp"
-        if len(types) == 2 and self.cursor_type is None:
-            fam = {("temporal" if t in TEMPORAL_TYPES else t) for t in types.values()}
-            if len(fam) > 1:
-                raise IncrementalConfigError(
-                    f"initial_value={self.initial_value!r} ({types['initial_value']}) and end_value="
-                    f"{self.end_value!r} ({types['end_value']}) are not comparable: give both as the "
-                    "same kind of value."
-                )
-        return ctype
-
-    def _value_key(self, arg: str, ctype: str | None) -> Any:
-        value = getattr(self, arg)
-        if value is None:
-            return None
-        assert ctype is not None  # _value_type found the type of every bound given
-        try:
-            return cv.to_key(value, ctype, self.formats)
-        except cv.KeyConversionError as e:
-            raise IncrementalConfigError(
-                f"{arg}={value!r} is not comparable with a {ctype} cursor: {e.reason}."
-            ) from e
 
     def lag_error(self, ctype: str | None, source: str = "") -> IncrementalConfigError | None:
         """Why lag cannot move a cursor of type `ctype` (`source` says where the type came
@@ -342,19 +277,6 @@ class CursorDefinition:
         if problem is not None:
             return IncrementalConfigError(f"lag={self.lag!r} on cursor {self.cursor_path!r}{source}: {problem}.")
         return None
-
-    def _check_lag_and_order(self, ctype: str | None, ik: Any, ek: Any) -> None:
-        error = self.lag_error(ctype)
-        if error is not None:
-            raise error
-        if ek is not None:
-            if (self.direction == "max" and ek < ik) or (self.direction == "min" and ek > ik):
-                word = "lower" if self.direction == "max" else "higher"
-                raise IncrementalConfigError(
-                    f"end_value={self.end_value!r} is {word} than initial_value={self.initial_value!r}: "
-                    f"with last_value_func={self.last_value_func!r} the range runs from initial_value "
-                    f"{'up' if self.direction == 'max' else 'down'} to end_value; swap them."
-                )
 
     # -- a stored state against this definition ---------------------------------------------
 

@@ -3,7 +3,8 @@ through one keep/drop decision (decide.py), the run's live cursor advanced after
 
 Why apart from the run (run.py): the run is the cursor's state (its range, live last_value,
 boundary keys, what it stores); this module is how rows meet it, one function per input kind,
-each building one key array. It reads and reports to the run by its shape (`FilteredRun`).
+each building one key array. It reads and reports to the run's live side (`LiveCursor`,
+live_cursor.py) by its shape (`FilteredRun`).
 """
 
 from __future__ import annotations

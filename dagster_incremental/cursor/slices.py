@@ -9,7 +9,7 @@ from __future__ import annotations
 #     for a, b in bounds: bind the cursor (state after the slice before) with window (a, b), load,
 #                         commit with the run's cursor_state
 # The slices' states are the states an unsliced run would pass through: last_value is always the
-# newest value loaded (a slice without rows leaves it as it was; see IncrementalRun._initial_cursor).
+# newest value loaded (a slice without rows leaves it as it was; see RunStart._initial_cursor in run_start.py).
 
 from typing import Any
 

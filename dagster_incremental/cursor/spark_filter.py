@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class LiveRun(Protocol):
-    """What the Spark filter reads from a bound run and reports back to it (`IncrementalRun`
-    is one); the run calls this module, so this module names the run by its shape only."""
+    """What the Spark filter reads from a bound run and reports back to it (the run's
+    `LiveCursor` is one); the run calls this module, so this module names it by its shape only."""
 
     spec: CursorDefinition
     dedup_key: DedupKey
