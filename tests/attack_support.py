@@ -93,7 +93,9 @@ def snapshots(spark, io, asset_name: str) -> list[int]:
 
 
 def committed_states(spark, io, asset_name: str) -> list[dict]:
-    """The cursor state of every snapshot that carries one, oldest first."""
+    """The cursor state of every commit of the table's main lineage that carries one, oldest first
+    (Iceberg: main's snapshot and its ancestors; a losing run's unpublished branch snapshot is
+    not one of them)."""
     if not table_exists(spark, io, asset_name):
         return []
     table = io.table_name(dg.AssetKey(asset_name))
@@ -103,10 +105,10 @@ def committed_states(spark, io, asset_name: str) -> list[dict]:
         log = DeltaLog(table.location)
         found = [log.commit(v) for v in log.versions()]
         return [json.loads(c.properties[STATE_PROPERTY]) for c in found if c is not None and STATE_PROPERTY in c.properties]
-    rows = spark.sql(
-        f"SELECT summary FROM {table_id(io, asset_name)}.`snapshots` ORDER BY committed_at"
-    ).collect()
-    return [json.loads(r.summary[STATE_PROPERTY]) for r in rows if STATE_PROPERTY in (r.summary or {})]
+    from catalogs import main_lineage_summaries
+
+    summaries = main_lineage_summaries(spark, table_id(io, asset_name))
+    return [json.loads(s[STATE_PROPERTY]) for s in summaries if STATE_PROPERTY in s]
 
 
 def dagster_state(instance, asset_name: str) -> Any:

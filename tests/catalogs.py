@@ -292,11 +292,26 @@ def assert_other_readers_agree(catalog: Catalog, spark: Any, table: Any) -> None
     arrow = read.scan(selected_fields=tuple(frame.columns)).to_arrow().select(frame.columns)
     got = sorted((tuple(map(_naive, r)) for r in zip(*(arrow.column(c).to_pylist() for c in frame.columns))), key=repr)
     assert got == expected, f"pyiceberg reads {len(got)} rows of {table.display}, Spark {len(expected)}"
-    spark_summary = spark.sql(
-        f"SELECT summary FROM {table.sql}.`snapshots` ORDER BY committed_at DESC LIMIT 1").first().summary
+    spark_summary = main_lineage_summaries(spark, table.sql)[-1]
     current = read.current_snapshot()
     assert current is not None and current.summary is not None
     assert current.summary.additional_properties.get(STATE_PROPERTY) == spark_summary.get(STATE_PROPERTY)
+
+
+def main_lineage_summaries(spark: Any, table_sql: str) -> list[dict[str, str]]:
+    """The summaries of the snapshots of an Iceberg table's main branch, oldest first: from main's
+    current snapshot back through its parents (as far as they are kept). Not the `snapshots`
+    table by commit time: that also holds the snapshots a run staged on its own branch and never
+    published (a run that lost a race), until they are expired."""
+    current = spark.sql(f"SELECT snapshot_id FROM {table_sql}.`refs` WHERE name = 'main'").first()
+    if current is None:
+        return []
+    found = {r.snapshot_id: r for r in spark.sql(f"SELECT snapshot_id, parent_id, summary FROM {table_sql}.`snapshots`").collect()}
+    lineage, at = [], current.snapshot_id
+    while at in found:
+        lineage.append(dict(found[at].summary or {}))
+        at = found[at].parent_id
+    return lineage[::-1]
 
 
 def delta_by_spark_only(monkeypatch) -> None:
