@@ -248,3 +248,25 @@ def test_the_local_merge_makes_the_table_sparks_merge_makes(spark, strategy, har
         if mine.snapshot_id is not None and (mine.rows_inserted or mine.rows_updated or mine.rows_deleted):
             assert SPARK_COMMIT not in summary(spark, local, mine.snapshot_id)
     assert pyiceberg_rows(spark, local) == pyiceberg_rows(spark, remote)
+
+
+def test_position_delete_metrics_take_the_form_each_iceberg_line_has():
+    """Iceberg 1.10 (Spark 3.5) asks for the table; Iceberg 1.12 (Spark 4.1) has only the
+    form without it, and py4j answers the other with "does not exist"."""
+    from types import SimpleNamespace
+
+    from py4j.protocol import Py4JError
+
+    from dagster_incremental.spark.iceberg.local.merge import _position_delete_metrics
+
+    def iceberg_112(*table):
+        if table:
+            raise Py4JError("Method forPositionDelete([class org.apache.iceberg.BaseTable]) does not exist")
+        return "metrics of 1.12"
+
+    def jvm_with(method):
+        return SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(iceberg=SimpleNamespace(
+            MetricsConfig=SimpleNamespace(forPositionDelete=method)))))
+
+    assert _position_delete_metrics(jvm_with(iceberg_112), "table") == "metrics of 1.12"
+    assert _position_delete_metrics(jvm_with(lambda table: f"metrics of {table}"), "t") == "metrics of t"

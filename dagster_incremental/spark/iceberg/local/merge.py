@@ -147,7 +147,7 @@ def _write_deletes(target: LocalAppend, touched: Sequence[FileMatch], paths: lis
     Written in parallel threads: a file's py4j calls run on one JVM thread per Python thread."""
     jvm, iceberg = target.jvm, target.table
     java = _DeleteFileApi(
-        metrics=FooterMetrics(jvm, jvm.org.apache.iceberg.MetricsConfig.forPositionDelete(iceberg), target.storage.open_input),
+        metrics=FooterMetrics(jvm, _position_delete_metrics(jvm, iceberg), target.storage.open_input),
         file_metadata=jvm.org.apache.iceberg.FileMetadata,
         spec=iceberg.spec(),
         io=iceberg.io(),
@@ -169,6 +169,20 @@ class _DeleteFileApi:
     file_metadata: Any
     spec: Any
     io: Any
+
+
+def _position_delete_metrics(jvm: Any, table: Any) -> Any:
+    """The metrics config of a position delete file: Iceberg 1.10 (Spark 3.5) derives it from the
+    table, Iceberg 1.12 (Spark 4.1) takes no argument (the one-argument form is gone)."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    metrics_config = jvm.org.apache.iceberg.MetricsConfig
+    try:
+        return metrics_config.forPositionDelete(table)
+    except Py4JJavaError:
+        raise
+    except Py4JError:  # "Method forPositionDelete([class ...BaseTable]) does not exist"
+        return metrics_config.forPositionDelete()
 
 
 def _delete_file(target: LocalAppend, java: _DeleteFileApi, match: FileMatch, path: str) -> Any:
