@@ -10,6 +10,7 @@ from typing import Any
 TABLE_NOT_FOUND = "TABLE_OR_VIEW_NOT_FOUND"
 TABLE_ALREADY_EXISTS = "TABLE_OR_VIEW_ALREADY_EXISTS"
 ICEBERG_ALREADY_EXISTS = "org.apache.iceberg.exceptions.AlreadyExistsException"
+JDBC_CATALOG_FAILURE = "org.apache.iceberg.jdbc.UncheckedSQLException"  # its database said no
 USER_RAISED = "USER_RAISED_EXCEPTION"  # SQL raise_error(message)
 # Iceberg's optimistic concurrency said no: another writer committed first (CommitFailed), or a
 # commit's conflict validation found that writer's files (Validation).
@@ -57,7 +58,18 @@ def is_table_not_found(error: BaseException) -> bool:
 def is_table_already_exists(error: BaseException) -> bool:
     """Spark found the table when planning, or (a catalog service such as JDBC) the catalog
     refused the create's commit because another writer created it meanwhile."""
-    return TABLE_ALREADY_EXISTS in error_classes(error) or ICEBERG_ALREADY_EXISTS in java_classes(error)
+    classes = java_classes(error)
+    return (TABLE_ALREADY_EXISTS in error_classes(error) or ICEBERG_ALREADY_EXISTS in classes
+            or (JDBC_CATALOG_FAILURE in classes and _catalog_row_exists(error)))
+
+
+def _catalog_row_exists(error: BaseException) -> bool:
+    """Iceberg's JDBC catalog tells a create that lost to another creator only as its database's
+    unique-key violation ("Unknown failure"; SQLSTATE class 23, PostgreSQL's 23505)."""
+    for throwable in _java_chain(error):
+        if _implements(throwable, "java.sql.SQLException") and str(throwable.getSQLState() or "").startswith("23"):
+            return True
+    return False
 
 
 def is_commit_conflict(error: BaseException) -> bool:

@@ -78,3 +78,20 @@ def test_a_java_error_is_told_as_itself_when_the_aws_sdk_is_not_on_the_classpath
     monkeypatch.setattr(errors, "S3_ANSWER", "software.amazon.awssdk.services.s3.model.NotOnTheClasspath")
     failed = caught(lambda: spark._jvm.java.lang.Integer.parseInt("not a number"))
     assert errors.storage_problem(failed, LAKE) is None
+
+
+def test_a_jdbc_catalog_create_that_lost_to_another_creator_is_an_existing_table(spark):
+    """Iceberg's JDBC catalog reports a create that another writer won as its database's
+    unique-key violation wrapped in "Unknown failure" (seen racing first runs on PostgreSQL):
+    that is the table existing, so the run merges into it; any other database failure is not."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 0)
+
+    def catalog_failure(sql_state):
+        cause = jvm.java.sql.SQLException("duplicate key value violates unique constraint", sql_state)
+        return Py4JJavaError("commit", jvm.org.apache.iceberg.jdbc.UncheckedSQLException(cause, "Unknown failure", args))
+
+    assert errors.is_table_already_exists(catalog_failure("23505"))
+    assert not errors.is_table_already_exists(catalog_failure("08006"))  # the connection failed

@@ -91,7 +91,7 @@ def _catalog_answer(conf: Mapping[str, str], catalog: str, parts: Sequence[str])
 
 
 def hadoop_table_location(conf: Mapping[str, str], catalog: str, table_parts: Sequence[str]) -> Path | None:
-    """The table folder of `catalog`.`table_parts` when `conf` (spark.session.spark_conf's flat
+    """The table folder of `catalog`.`table_parts` when `conf` (spark.session_conf.spark_conf's flat
     dict) makes `catalog` an Iceberg Hadoop catalog on the local filesystem, else None.
 
     table_parts: [namespace..., table], unquoted. None also for names Hadoop would not map to
