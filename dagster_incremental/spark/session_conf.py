@@ -48,7 +48,7 @@ def spark_conf(
         out.update(_this_machine_conf(out["spark.sql.shuffle.partitions"]))
     out.update(_line_conf())
     user = {k: str(v) for k, v in (conf or {}).items()}
-    out.update(_table_format_conf(table_format, user, catalog, warehouse))
+    out.update(FORMATS[table_format].session_conf(user, catalog, warehouse))  # jars, extensions, catalog
     out.update(user)
     return out
 
@@ -87,9 +87,3 @@ def _this_machine_conf(shuffle_partitions: str) -> dict[str, str]:
         # with a listing spread as wide as the shuffles.
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": shuffle_partitions,
     }
-
-
-def _table_format_conf(table_format: str, user: Mapping[str, str], catalog: str | None,
-                       warehouse: str | Path | None) -> dict[str, str]:
-    """The jars, extensions and catalog of the table format (the user's keys win after this)."""
-    return FORMATS[table_format].session_conf(user, catalog, warehouse)
