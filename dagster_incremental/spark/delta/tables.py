@@ -57,10 +57,12 @@ class DeltaTables(SparkTables["DeltaNow"]):
 
     def storage(self, catalog: str, conf: Mapping[str, str], warehouse: str) -> Storage:
         """Delta tables are folders, read through Spark's own catalog; on S3 through S3A's jars."""
+        from dagster_incremental.spark.spark_line import coordinates_text, running_hadoop, s3a_artifacts
+
+        jars = coordinates_text(s3a_artifacts(running_hadoop()))  # those of the running PySpark's Hadoop
         return Storage("spark_catalog", "delta", conf.get("spark.sql.catalog.spark_catalog.warehouse") or warehouse, (
-            "this warehouse: Delta on S3 writes through Hadoop's S3A, whose jars "
-            "(org.apache.hadoop:hadoop-aws and com.amazonaws:aws-java-sdk-bundle) must be in the local Maven "
-            'repository or in "spark.jars.packages" (docs/delta.md, "On S3").'))
+            f"this warehouse: Delta on S3 writes through Hadoop's S3A, whose jars ({jars}) must be in the "
+            'local Maven repository or in "spark.jars.packages" (docs/delta.md, "On S3").'))
 
     @property
     def writer(self) -> DeltaWriter:
