@@ -173,6 +173,44 @@ SMALL_DATA_CONF = {
 }
 
 
+def session_jars() -> list[str]:
+    """The shared session's jars: the Iceberg runtime and AWS bundle of one version from the
+    local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
+    catalogs' tests fail saying how to fetch them), Delta's two jars with S3A's two, then the JDBC
+    catalog's driver."""
+    from dagster_incremental.spark.session import iceberg_runtime_jar
+    from maven_jars import delta_jars, s3_jars, sqlite_jar
+    from postgres_server import driver_jar
+
+    return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars(on_s3=True) or delta_jars() or []) + (
+        [driver_jar()] if driver_jar() else []) + ([sqlite_jar()] if sqlite_jar() else [])
+
+
+def shared_session_conf(warehouse: str, *, master: str = "local[2]", partitions: str = "2",
+                        app_name: str = "dagster-incremental-tests") -> dict[str, str]:
+    """The conf of a session that knows every catalog kind at once (the tests' shared session, a
+    race runner's): every kind's jars, the Iceberg catalog `lake` (Hadoop, in `warehouse`), and
+    Delta's extension and catalog beside Iceberg's; each other catalog's keys are set on it
+    when it is first used (the `catalog` fixture, an IO manager's session)."""
+    from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS
+    from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
+    from dagster_incremental.spark.session_conf import spark_conf
+
+    return spark_conf(master=master, app_name=app_name, catalog="lake", warehouse=warehouse, conf={
+        "spark.ui.enabled": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.shuffle.partitions": partitions,
+        "spark.default.parallelism": partitions,
+        "spark.ui.showConsoleProgress": "false",
+        "spark.jars": ",".join(session_jars()),
+        "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{DELTA_EXTENSIONS}",
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.databricks.delta.snapshotPartitions": partitions,
+        **SMALL_DATA_CONF,
+    })
+
+
 def runner_spark_config(text: str) -> tuple[str | None, dict[str, str]]:
     """(catalog name, Spark conf) of a runner from `to_env`'s text ("": the default catalog)."""
     if not text:

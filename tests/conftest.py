@@ -18,7 +18,7 @@ TEST_CATALOG = "lake"
 
 # The S3 server's identity, in the AWS SDKs' own variables before any JVM starts: Spark's
 # S3FileIO, pyarrow's S3 and the runner subprocesses read it there, as a user's process would.
-from catalogs import CATALOG_KINDS, SMALL_DATA_CONF, s3_identity_env, s3_secret  # noqa: E402
+from catalogs import CATALOG_KINDS, s3_identity_env, s3_secret  # noqa: E402
 
 os.environ.update(s3_identity_env())
 
@@ -52,49 +52,14 @@ def spark_warehouse():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def session_jars() -> list[str]:
-    """The shared session's jars: the Iceberg runtime and AWS bundle of one version from the
-    local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
-    catalogs' tests fail saying how to fetch them), Delta's two jars with S3A's two, then the JDBC
-    catalog's driver."""
-    from dagster_incremental.spark.session import iceberg_runtime_jar
-    from maven_jars import delta_jars, s3_jars, sqlite_jar
-    from postgres_server import driver_jar
-
-    return (s3_jars() or [iceberg_runtime_jar()]) + (delta_jars(on_s3=True) or delta_jars() or []) + (
-        [driver_jar()] if driver_jar() else []) + ([sqlite_jar()] if sqlite_jar() else [])
-
-
 @pytest.fixture(scope="session")
 def spark(spark_warehouse):
     """The one SparkSession of the test run: local, loopback only, UI off, Iceberg catalog `lake`,
     and Delta's extension and catalog beside Iceberg's (as `format = "delta"` configures them)."""
-    from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS
-    from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
+    from catalogs import shared_session_conf
     from dagster_incremental.spark.session import build_spark_session
-    from dagster_incremental.spark.session_conf import spark_conf
 
-    jars = session_jars()
-    conf = spark_conf(
-        master="local[2]",
-        app_name="dagster-incremental-tests",
-        catalog=TEST_CATALOG,
-        warehouse=spark_warehouse,
-        conf={
-            "spark.ui.enabled": "false",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.jars": ",".join(jars),
-            "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{DELTA_EXTENSIONS}",
-            "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-            "spark.databricks.delta.snapshotPartitions": "2",
-            **SMALL_DATA_CONF,
-        },
-    )
-    session = build_spark_session(conf)
+    session = build_spark_session(shared_session_conf(spark_warehouse, app_name="dagster-incremental-tests"))
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
