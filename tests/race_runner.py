@@ -1,20 +1,26 @@
-"""Materialize the race assets in rounds until the source stops growing, in its own process.
+"""Materialize the race assets of every catalog kind in rounds until the source stops growing,
+in its own process.
 
-Used by tests/test_race_without_pool.py, which starts several of these at once on one Dagster
-instance with no concurrency pool. The source is a function of the clock, so every process sees
-the same rows at the same moment:
+Used by tests/test_race_without_pool.py, which starts several of these at once with no
+concurrency pool. One Spark session knows every catalog kind at once (as the tests' shared
+session does), so one race window serves them all: each round materializes the four assets of
+each kind in turn, each kind on its own Dagster instance. The source is a function of the clock,
+so every process sees the same rows at the same moment:
     RACE_DIR    each process starts its Spark session, writes `ready-<pid>` there, then waits for
                 `start`, which holds t0 (the test writes it once all are ready); the test later
                 writes `end`, the tick count at which the source stops growing
     RACE_TICK   tick k (k < end) exists from t0 + k * RACE_TICK on
-    RACE_CONFIG, RACE_CATALOG (catalogs.to_env), RACE_WAREHOUSE, RACE_NAMESPACE, DAGSTER_HOME
-Prints one line per step: `STEP_OK <asset>` or `STEP_FAILED <asset> <message and causes>`.
+    RACE_KINDS  JSON {kind: {"catalog": catalogs.to_env, "namespace": ..., "config": config.toml,
+                "home": DAGSTER_HOME}}
+    RACE_WAREHOUSE the warehouse of the session's Iceberg Hadoop catalog `lake` (the hadoop kind's)
+Prints one line per step: `<kind> STEP_OK <asset>` or `<kind> STEP_FAILED <asset> <message and causes>`.
 
 `assert_only_winners_committed` is what the racing tests check of a raced table's history.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -115,49 +121,68 @@ def assert_only_winners_committed(spark, table, winners: set[str]) -> None:
 
 def main() -> int:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from contextlib import ExitStack
+
     import dagster as dg
+    from dagster._core.instance import InstanceRef
 
     from attack_support import QUIET, source_asset
-    from catalogs import SMALL_DATA_CONF, runner_spark_config, runner_table_format
-    from dagster_incremental import SparkTableIOManager
 
-    catalog, conf = runner_spark_config(os.environ["RACE_CATALOG"])
-    io = SparkTableIOManager(
-        catalog=catalog, namespace=os.environ["RACE_NAMESPACE"], warehouse=os.environ["RACE_WAREHOUSE"],
-        table_format=runner_table_format(os.environ["RACE_CATALOG"]),
-        master="local[1]",
-        spark_config={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-                      "spark.driver.bindAddress": "127.0.0.1", "spark.sql.shuffle.partitions": "1", **SMALL_DATA_CONF, **conf},
-    )
-    io.spark.sql("SELECT 1").collect()  # the JVM and SparkContext start before the race, not in it
+    kinds = json.loads(os.environ["RACE_KINDS"])
+    ios = _io_managers(kinds)
     clock = RaceClock.when_started(Path(os.environ["RACE_DIR"]), float(os.environ["RACE_TICK"]))
-    assets = [
-        source_asset(asset_name(s), os.environ["RACE_CONFIG"], s,
-                     lambda s=s: source_rows(s, clock.ticks()),
-                     merge_key="id" if s == "scd2" else None)
-        for s in STRATEGIES
-    ]
-    with dg.DagsterInstance.get() as instance:
+    assets = {kind: [source_asset(asset_name(s), kinds[kind]["config"], s, lambda s=s: source_rows(s, clock.ticks()),
+                                  merge_key="id" if s == "scd2" else None) for s in STRATEGIES]
+              for kind in kinds}
+    with ExitStack() as stack:
+        instances = {kind: stack.enter_context(dg.DagsterInstance.from_ref(InstanceRef.from_dir(kinds[kind]["home"])))
+                     for kind in kinds}
         while True:
             last = clock.stopped()  # one more round after the source stopped growing
-            result = dg.materialize(assets, instance=instance, resources={"io_manager": io},
-                                    run_config=QUIET, raise_on_error=False)
-            _report(result)
+            for kind in kinds:
+                result = dg.materialize(assets[kind], instance=instances[kind], resources={"io_manager": ios[kind]},
+                                        run_config=QUIET, raise_on_error=False)
+                _report(kind, result)
             if last:
                 return 0
             time.sleep(random.random() * 0.5)
 
 
-def _report(result) -> None:
+def _io_managers(kinds: dict[str, dict[str, str]]) -> dict:
+    """One IO manager per catalog kind, all on this process's one Spark session, which is started
+    (with every kind's jars, Iceberg's and Delta's extensions) and has each kind's catalog before
+    the race: the JVM, its classes and each catalog's first connection are not raced."""
+    from catalogs import SMALL_DATA_CONF, runner_spark_config, runner_table_format, shared_session_conf
+    from dagster_incremental import SparkTableIOManager
+    from dagster_incremental.spark.session import build_spark_session
+
+    local = {"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+             "spark.sql.shuffle.partitions": "1", **SMALL_DATA_CONF}
+    spark = build_spark_session(shared_session_conf(os.environ["RACE_WAREHOUSE"], master="local[1]", partitions="1",
+                                                    app_name="race-runner"))
+    ios = {}
+    for kind, found in kinds.items():
+        catalog, conf = runner_spark_config(found["catalog"])
+        ios[kind] = SparkTableIOManager(
+            catalog=catalog, namespace=found["namespace"], warehouse=json.loads(found["catalog"])["warehouse"],
+            table_format=runner_table_format(found["catalog"]), master="local[1]", spark_config={**local, **conf})
+        ios[kind].spark  # noqa: B018 - its catalog's keys are set on the one session now
+        if ios[kind].table_format == "iceberg":
+            spark.sql(f"SHOW NAMESPACES IN {catalog}").collect()
+    spark.sql("SELECT 1").collect()
+    return ios
+
+
+def _report(kind: str, result) -> None:
     for event in result.all_events:
         if event.is_step_success:
-            print(f"STEP_OK {event.step_key}", flush=True)
+            print(f"{kind} STEP_OK {event.step_key}", flush=True)
         elif event.is_step_failure:
             error, text = event.step_failure_data.error, []
             while error is not None:
                 text.append(error.message.replace("\n", " "))
                 error = error.cause
-            print(f"STEP_FAILED {event.step_key} " + " | ".join(text), flush=True)
+            print(f"{kind} STEP_FAILED {event.step_key} " + " | ".join(text), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,25 @@
 concurrency pool: each commit is a compare-and-set on the snapshot its run read, so no row is
 doubled or lost, the cursor ends at the source's high-water mark, and a run that lost a race
 fails saying another run committed first. On each catalog kind: the Hadoop folder (file lock +
-compare-and-set) and a JDBC catalog on PostgreSQL (the catalog's atomic commit alone).
+compare-and-set), a JDBC catalog on PostgreSQL and a REST catalog (the catalog's atomic commit
+alone), Delta on a disk and on S3 (the commit log's put-if-absent, the commit lease).
+
+One race window serves every kind: the four processes start once, each with one Spark session
+that knows every catalog kind, and each round materializes the four assets of every kind in turn
+(tests/race_runner.py); each kind has its own Dagster instance, so what a test checks of one kind
+is what a window of that kind alone would leave.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -20,35 +28,64 @@ import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
 from attack_support import committed_states, dagster_state, failure_text, rows, scd2_rows, source_asset, table_id
-from catalogs import ICEBERG_ONLY, assert_other_readers_agree, to_env
+from catalogs import CATALOG_KINDS, ICEBERG_ONLY, assert_other_readers_agree, delta_catalog, hadoop_catalog, to_env
 from race_runner import STRATEGIES, assert_only_winners_committed, asset_name, history_commits, source_rows
 from instances import RUNNER_HOME_YAML
 
-pytestmark = pytest.mark.spark
+# The first test's setup races every kind (race_window): on a loaded two-core machine that alone
+# took about 15 minutes, the suite's per-test bound (pyproject's `timeout`).
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 ROOT = Path(__file__).resolve().parent.parent
 PROCESSES = 4
 TICK = 0.1  # seconds per source tick
 COMMITS = 2  # the source grows until each asset has this many successful runs ...
-RACE = (20, 150)  # ... and at least 20 s, at most 150 s (a slow machine runs fewer rounds a second)
+RACE = (20, 600)  # ... and at least 20 s, at most 600 s (a round runs 20 assets: 4 per kind; a slow machine runs fewer)
 
 
-@pytest.fixture(scope="module")
-def race(spark, catalog, tmp_path_factory):
+@dataclass(frozen=True)
+class Window:
+    """What one race of every catalog kind left: per kind its namespace (its own, as a window of
+    it alone had: the Hadoop and Delta kinds share the catalog name `lake`), Dagster home and
+    config.toml; the processes' (stdout, stderr); the source's end (its tick count)."""
+
+    namespaces: dict[str, str]
+    homes: dict[str, Path]
+    configs: dict[str, str]
+    outs: list[tuple[str, str]]
+    end: int
+
+    def outs_of(self, kind: str) -> list[tuple[str, str]]:
+        """Each process's (step lines of `kind`, without the kind, as a window of it alone prints them; stderr)."""
+        prefix = kind + " "
+        return [("\n".join(line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)), err)
+                for out, err in self.outs]
+
+
+@pytest.fixture(scope="session")
+def race_window(request, spark_warehouse, tmp_path_factory) -> Window:
+    """Race the processes once for every catalog kind (session scope: it never runs twice,
+    however the tests of the kinds are ordered)."""
     base = tmp_path_factory.mktemp("race_no_pool")
-    home = base / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(RUNNER_HOME_YAML)  # no pool limit anywhere
-    namespace = "race_" + uuid.uuid4().hex[:8]
-    config = base / "config.toml"
-    config.write_text(catalog.config_toml(namespace))
-    config = str(config)
-    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))):
-        pass  # create the instance's databases once, before four processes open them at once
+    run = uuid.uuid4().hex[:8]
+    namespaces = {kind: f"race_{kind.replace('-', '_')}_{run}" for kind in CATALOG_KINDS}
+    catalogs = {kind: _catalog_of(request, kind, spark_warehouse) for kind in CATALOG_KINDS}
+    homes, configs = {}, {}
+    for kind, catalog in catalogs.items():
+        homes[kind] = base / f"dagster_home_{kind}"
+        homes[kind].mkdir()
+        (homes[kind] / "dagster.yaml").write_text(RUNNER_HOME_YAML)  # no pool limit anywhere
+        with DagsterInstance.from_ref(InstanceRef.from_dir(str(homes[kind]))):
+            pass  # create the instance's databases once, before four processes open them at once
+        configs[kind] = str(base / f"config_{kind}.toml")
+        Path(configs[kind]).write_text(catalog.config_toml(namespaces[kind]))
     race_dir = base / "race"
     race_dir.mkdir()
-    env = dict(os.environ, DAGSTER_HOME=str(home), RACE_CONFIG=config, RACE_CATALOG=to_env(catalog), RACE_WAREHOUSE=catalog.warehouse,
-               RACE_NAMESPACE=namespace, RACE_DIR=str(race_dir), RACE_TICK=str(TICK),
+    kinds = {kind: {"catalog": to_env(c), "namespace": namespaces[kind], "config": configs[kind], "home": str(homes[kind])}
+             for kind, c in catalogs.items()}
+    secrets = {k: v for c in catalogs.values() for k, v in c.environment().items()}
+    env = dict(os.environ, **secrets, RACE_KINDS=json.dumps(kinds), RACE_WAREHOUSE=spark_warehouse,
+               RACE_DIR=str(race_dir), RACE_TICK=str(TICK),
                SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
     logs = [(race_dir / f"{i}.out", race_dir / f"{i}.err") for i in range(PROCESSES)]
     procs = [_runner(env, out, err) for out, err in logs]  # files, not pipes: nobody reads a pipe meanwhile
@@ -57,14 +94,32 @@ def race(spark, catalog, tmp_path_factory):
     for p in procs:
         p.wait(timeout=600)
     outs = [(out.read_text(), err.read_text()) for out, err in logs]
-    io = catalog.io_manager(namespace)
+    return Window(namespaces, homes, configs, outs, end)
+
+
+def _catalog_of(request, kind: str, spark_warehouse: str):
+    """The catalog of `kind` as the `catalog` fixture gives it (its servers started once per session)."""
+    if kind == "hadoop":
+        return hadoop_catalog(spark_warehouse)
+    if kind == "delta":
+        return delta_catalog(spark_warehouse)
+    return request.getfixturevalue(f"{kind.replace('-', '_')}_catalog")
+
+
+@pytest.fixture(scope="module")
+def race(spark, catalog, race_window):
+    """What the race left on `catalog`'s kind: its Dagster instance, an IO manager on its tables,
+    the assets, the source's rows, the processes' step lines of this kind, the source's end."""
+    window, end = race_window, race_window.end
+    io = catalog.io_manager(window.namespaces[catalog.kind])
     full = {s: source_rows(s, end) for s in STRATEGIES}
-    assets = {s: source_asset(asset_name(s), config, s, lambda s=s: full[s], merge_key="id" if s == "scd2" else None)
+    assets = {s: source_asset(asset_name(s), window.configs[catalog.kind], s, lambda s=s: full[s],
+                              merge_key="id" if s == "scd2" else None)
               for s in STRATEGIES}
-    with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+    with DagsterInstance.from_ref(InstanceRef.from_dir(str(window.homes[catalog.kind]))) as instance:
         for s in STRATEGIES:
             spark.sql(f"REFRESH TABLE {table_id(io, asset_name(s))}")  # other processes wrote the tables
-        yield instance, io, assets, full, outs, end
+        yield instance, io, assets, full, window.outs_of(catalog.kind), end
 
 
 def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
@@ -76,7 +131,7 @@ def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
 def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[Path]) -> float:
     """Start the source's clock once every process has its Spark session, however slow the
     machine: all of them race from the first tick."""
-    deadline = time.time() + 300
+    deadline = time.time() + 600
     while len(list(race_dir.glob("ready-*"))) < len(procs):
         if any(p.poll() is not None for p in procs) or time.time() > deadline:
             for p in procs:
@@ -90,13 +145,14 @@ def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[
 
 
 def _stop_source(race_dir: Path, t0: float, outs: list[Path]) -> int:
-    """Stop the source's growth once every asset has COMMITS successful runs in the race (and
+    """Stop the source's growth once every asset of every kind has COMMITS successful runs in the race (and
     RACE[0] s have passed; RACE[1] s at most): its end, one second ahead of any tick a process
     has seen, so no process ever saw a row the end leaves out."""
     while True:
         elapsed = time.time() - t0
         lines = [line for out in outs for line in out.read_text().splitlines()]
-        fewest = min(sum(line == f"STEP_OK {asset_name(s)}" for line in lines) for s in STRATEGIES)
+        fewest = min(sum(line == f"{kind} STEP_OK {asset_name(s)}" for line in lines)
+                     for kind in CATALOG_KINDS for s in STRATEGIES)
         if elapsed >= RACE[1] or (elapsed >= RACE[0] and fewest >= COMMITS):
             end = int(elapsed / TICK) + 1 + int(1 / TICK)
             _write_whole(race_dir / "end", str(end))
