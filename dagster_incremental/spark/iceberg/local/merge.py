@@ -76,12 +76,14 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
     target = LocalAppend.open(spark, spec.table, pending.iceberg)
     unsuited = _unsuited_table(target)
     if unsuited or target is None:
-        return _declined(spec.table.sql, unsuited or "")
+        _declined(spec.table.sql, unsuited or "")
+        return None
     table = rows.table()
     batch = target.aligned(table, pending.case_sensitive)
     key_fields = _key_fields(target.schema, spec.primary_key, pending.case_sensitive)
     if key_fields is None:
-        return _declined(spec.table.sql, "a primary key column has a type Arrow and Spark compare differently (floats)")
+        _declined(spec.table.sql, "a primary key column has a type Arrow and Spark compare differently (floats)")
+        return None
     dead = tombstones(table, spec.hard_delete_column)
     keys = batch.select([f.name for f in key_fields])
     found = match_target(target.jvm, target.table, key_fields, keys, dead, pending.case_sensitive, target.storage)
@@ -89,7 +91,8 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     plan, touched, matched = found
     if _repeated(matched, [f.name for f in key_fields]):
-        return _declined(spec.table.sql, "the table holds a key of the batch twice (a MERGE updates each copy)")
+        _declined(spec.table.sql, "the table holds a key of the batch twice (a MERGE updates each copy)")
+        return None
     inserts = batch.filter(pc.invert(dead))
     if not inserts.num_rows and not touched:
         return None  # nothing changes: Spark's path records the cursor in an empty commit
@@ -121,7 +124,6 @@ def _unsuited_table(target: LocalAppend | None) -> str | None:
 def _declined(table: str, reason: str) -> None:
     """Say, in the debug log, why Spark's MERGE takes this batch (a slower path, the same result)."""
     _LOG.debug("local keyed merge declined for %s (Spark's MERGE writes it): %s", table, reason)
-    return None
 
 
 def _applies(pending: PendingCommit, rows: LocalRows) -> bool:
