@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from dagster_incremental.spark.iceberg.commit import iceberg_table
-from dagster_incremental.spark.iceberg.local.target import file_scoped_position_delete, json_enum
+from dagster_incremental.spark.iceberg.local.target import file_scoped_position_delete, json_enum, unusable_file
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.writer import TableWriter
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
@@ -85,3 +85,23 @@ def test_deletes_the_local_merge_cant_apply_keep_sparks_merge(spark, kind, caplo
     assert ("not a file-scoped position delete file" if kind.startswith("partition") else "format version 3") in caplog.text
     versions = {r[0]: r[2] for r in contents(spark, table)}
     assert versions == {1: 1, 3: 0, 4: 1, 6: 0, 7: 0, 8: 0, 9: 0, 20: 1}
+
+
+@pytest.mark.parametrize("spelling", ["1.10", "1.11+"])
+def test_either_icebergs_json_spelling_gives_the_same_decision(spelling):
+    """Iceberg 1.11 writes the REST spec's enums ("position-deletes", "parquet") where 1.10 wrote
+    the Java names: both read alike, so the local merge applies on Spark 4.1 (Iceberg 1.12) too."""
+    def word(name: str) -> str:
+        return name if spelling == "1.10" else name.lower().replace("_", "-")
+
+    data = {"content": word("DATA"), "file-path": "file:/t/data/a.parquet", "file-format": word("PARQUET")}
+    scoped = {"content": word("POSITION_DELETES"), "file-format": word("PARQUET"), "file-path": "file:/t/data/a-deletes.parquet",
+              "referenced-data-file": data["file-path"]}
+    vector = {**scoped, "file-format": word("PUFFIN")}
+    equality = {"content": word("EQUALITY_DELETES"), "file-format": word("PARQUET"), "file-path": "file:/t/data/e.parquet"}
+
+    assert file_scoped_position_delete(scoped) and unusable_file(data, [scoped]) is None
+    assert not file_scoped_position_delete(vector) and not file_scoped_position_delete(equality)
+    assert "equality-deletes file (parquet)" in unusable_file(data, [scoped, equality])
+    assert "position-deletes file (puffin)" in unusable_file(data, [vector])
+    assert "is avro, not Parquet" in unusable_file({**data, "file-format": word("AVRO")}, [])

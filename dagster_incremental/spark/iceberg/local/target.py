@@ -136,7 +136,7 @@ def json_enum(value: Any) -> str:
 def unusable_file(data: Mapping[str, Any], deletes: Sequence[Mapping[str, Any]]) -> str | None:
     """Why this module can't merge into a data file with these delete files (their JSON), or None."""
     if json_enum(data.get("file-format")) != "parquet":
-        return f"data file {data.get('file-path')} is {data.get('file-format')}, not Parquet"
+        return f"data file {data.get('file-path')} is {json_enum(data.get('file-format'))}, not Parquet"
     for delete in deletes:
         if not file_scoped_position_delete(delete):
             kind = f"{json_enum(delete.get('content'))} file ({json_enum(delete.get('file-format'))})"
