@@ -4,6 +4,7 @@ the cursor exactly as Spark's MERGE of the same rows does, and hands back to Spa
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 import uuid
 
@@ -137,6 +138,20 @@ def test_a_partitioned_or_copy_on_write_table_keeps_sparks_merge(spark, kwargs):
 
     same_outcome(spark, local, remote, mine, theirs, {"v": 2})
     assert SPARK_COMMIT in summary(spark, local, mine.snapshot_id)
+
+
+def test_a_format_version_3_table_keeps_sparks_merge_and_says_why(spark, caplog):
+    """Iceberg takes only deletion vectors in a v3 table ("Must use DVs for position deletes in
+    V3"): the local merge, which writes position delete files, hands over instead of failing the run."""
+    local, remote = new_table("local"), new_table("remote")
+    v3 = dict(table_properties={"format-version": "3"})
+    write_both(spark, local, remote, rows(list(range(1, 21))), {"v": 1}, **v3)
+    with caplog.at_level(logging.DEBUG, logger=local_merge.__name__):
+        mine, theirs = write_both(spark, local, remote, rows([2, 40], version=1), {"v": 2}, **v3)
+
+    same_outcome(spark, local, remote, mine, theirs, {"v": 2})
+    assert SPARK_COMMIT in summary(spark, local, mine.snapshot_id)
+    assert any("declined for" in m and local.namespace[0] in m and "format version 3" in m for m in caplog.messages)
 
 
 def test_a_key_the_table_holds_twice_keeps_sparks_merge(spark):

@@ -13,11 +13,14 @@
 #
 # Where it applies (`merge_local` says None otherwise and the writer runs Spark's MERGE, nothing
 # written): a deduplicated, unspilled local batch of at most MAX_LOCAL_MERGE_ROWS rows, a
-# merge-on-read table LocalAppend can write, key types target.exact_key_type accepts, only
-# file-scoped position deletes, and no key the table holds twice (a MERGE would update each copy).
+# merge-on-read table of format version 2 (v3 takes deletion vectors, not position delete files)
+# LocalAppend can write, key types target.exact_key_type accepts, only file-scoped position
+# deletes, and no key the table holds twice (a MERGE would update each copy). A table-side
+# decline is logged at debug level with its reason.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Sequence
@@ -52,6 +55,7 @@ from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult
 # merge wins at every size measured; past 1M rows the bound is this process's memory (the batch
 # and the target's key columns are held in Arrow), so larger batches go to Spark.
 MAX_LOCAL_MERGE_ROWS = 1_000_000
+_LOG = logging.getLogger(__name__)
 _DELETE_SCHEMA = pa.schema(
     [
         pa.field("file_path", pa.string(), nullable=False, metadata={PARQUET_FIELD_ID: str(DELETE_FILE_PATH_ID).encode()}),
@@ -70,12 +74,15 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     fit_table_to_rows(spark, pending.table, rows.schema, case_sensitive=pending.case_sensitive)
     target = LocalAppend.open(spark, spec.table, pending.iceberg)
-    if target is None or str(target.table.properties().get("write.merge.mode")) != "merge-on-read":
-        return None  # a copy-on-write table: its readers were promised no delete files
+    unsuited = _unsuited_table(target)
+    if unsuited or target is None:
+        _declined(spec.table.sql, unsuited or "")
+        return None
     table = rows.table()
     batch = target.aligned(table, pending.case_sensitive)
     key_fields = _key_fields(target.schema, spec.primary_key, pending.case_sensitive)
     if key_fields is None:
+        _declined(spec.table.sql, "a primary key column has a type Arrow and Spark compare differently (floats)")
         return None
     dead = tombstones(table, spec.hard_delete_column)
     keys = batch.select([f.name for f in key_fields])
@@ -84,6 +91,7 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         return None
     plan, touched, matched = found
     if _repeated(matched, [f.name for f in key_fields]):
+        _declined(spec.table.sql, "the table holds a key of the batch twice (a MERGE updates each copy)")
         return None
     inserts = batch.filter(pc.invert(dead))
     if not inserts.num_rows and not touched:
@@ -97,6 +105,25 @@ def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteRes
         deletes = _write_deletes(target, touched, paths)
         _commit(target, plan, data_files, deletes, touched, pending)
     return commit_result(spark, pending, kind="summary", counts=counts)
+
+
+def _unsuited_table(target: LocalAppend | None) -> str | None:
+    """Why the table can't take this module's files, or None."""
+    if target is None:
+        return "its files can't be written from this process (partitioned, sorted, not Parquet, or its storage)"
+    if str(target.table.properties().get("write.merge.mode")) != "merge-on-read":
+        return "it is copy-on-write (its readers were promised no delete files)"
+    version = int(target.jvm.org.apache.iceberg.TableUtil.formatVersion(target.table))
+    if version >= 3:  # Iceberg refuses position delete files there: "Must use DVs for position deletes in V3"
+        return f"it is format version {version}, whose deletes are deletion vectors (Puffin), which this module doesn't write"
+    if version < 2:
+        return "it is format version 1, which has no delete files"
+    return None
+
+
+def _declined(table: str, reason: str) -> None:
+    """Say, in the debug log, why Spark's MERGE takes this batch (a slower path, the same result)."""
+    _LOG.debug("local keyed merge declined for %s (Spark's MERGE writes it): %s", table, reason)
 
 
 def _applies(pending: PendingCommit, rows: LocalRows) -> bool:

@@ -8,13 +8,20 @@
 # key ascends, finds them by binary search). The result is what a MERGE's join finds: for each
 # touched data file, the positions of the rows the batch replaces or deletes.
 #
-# Where it applies (`plan_target` says None otherwise and the writer uses Spark's MERGE): every
-# delete file a candidate file has is a file-scoped position delete file (no equality deletes,
-# no deletion vectors), and every key column has a type whose equality Arrow and Spark agree on.
+# Where it applies (`plan_target` says None otherwise, in a debug log, and the writer uses Spark's
+# MERGE): every delete file a candidate file has is a file-scoped position delete file (no
+# equality deletes, no deletion vectors), and every key column has a type whose equality Arrow
+# and Spark agree on.
+#
+# The scan tasks are read as Iceberg's JSON (one py4j call a task). Its enums changed spelling in
+# Iceberg 1.11 (apache/iceberg pull request 14739, to match the REST spec): 1.10 writes the Java
+# names ("POSITION_DELETES", "PARQUET"), 1.11 and later the spec's ("position-deletes",
+# "parquet"). `json_enum` reads both; comparing with one spelling declined every table on 1.12.
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +41,7 @@ DELETE_FILE_PATH_ID, DELETE_POS_ID = 2147483546, 2147483545
 _POS = "__di_pos"
 _DEAD = "__di_dead"
 _ROW = "__di_row"
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,10 +119,30 @@ def plan_target(jvm: Any, iceberg: Any, key_fields: Sequence[pa.Field], keys: pa
     for task in _java_iter(scan.planFiles()):
         described = json.loads(describe(task))
         data, deletes = described["data-file"], described.get("delete-files", [])
-        if data["file-format"] != "PARQUET" or not all(file_scoped_position_delete(d) for d in deletes):
+        unusable = unusable_file(data, deletes)
+        if unusable:
+            _LOG.debug("local keyed merge declined for %s (Spark's MERGE writes it): %s", iceberg.name(), unusable)
             return None
         files.append(TargetFile(data["file-path"], tuple(d["file-path"] for d in deletes), task))
     return TargetPlan(current.snapshotId(), row_filter, tuple(files), storage)
+
+
+def json_enum(value: Any) -> str:
+    """An enum of Iceberg's JSON in the REST spec's spelling, whichever Iceberg wrote it:
+    "POSITION_DELETES" (1.10) and "position-deletes" (1.11+) both read "position-deletes"."""
+    return str(value or "").lower().replace("_", "-")
+
+
+def unusable_file(data: Mapping[str, Any], deletes: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why this module can't merge into a data file with these delete files (their JSON), or None."""
+    if json_enum(data.get("file-format")) != "parquet":
+        return f"data file {data.get('file-path')} is {json_enum(data.get('file-format'))}, not Parquet"
+    for delete in deletes:
+        if not file_scoped_position_delete(delete):
+            kind = f"{json_enum(delete.get('content'))} file ({json_enum(delete.get('file-format'))})"
+            return (f"data file {data.get('file-path')} has a {kind} that is not a file-scoped position "
+                    "delete file (equality deletes, deletion vectors and partition-scoped deletes are Spark's)")
+    return None
 
 
 def file_scoped_position_delete(delete_file: Mapping[str, Any]) -> bool:
@@ -122,7 +150,7 @@ def file_scoped_position_delete(delete_file: Mapping[str, Any]) -> bool:
     position delete file naming one data file: Iceberg's ContentFileUtil.isFileScoped, not a
     deletion vector. One data file: its referenced data file is set, or its file_path column's
     lower and upper bounds are equal."""
-    if delete_file.get("content") != "POSITION_DELETES" or delete_file.get("file-format") != "PARQUET":
+    if json_enum(delete_file.get("content")) != "position-deletes" or json_enum(delete_file.get("file-format")) != "parquet":
         return False
     if delete_file.get("referenced-data-file"):
         return True
