@@ -1,7 +1,8 @@
 """SparkTableIOManager: Dagster's side of the destination's tables.
 
 Like Dagster's own DbIOManager, this class is a thin shell: it turns Dagster contexts into a
-table name, a WriteSpec and a window, hands the work to the destination's `Tables` (Spark
+table name, a WriteSpec and a window (a plain DataFrame asset's: dagster/output_context.py),
+hands the work to the destination's `Tables` (Spark
 and Iceberg, one atomic commit per run), and reports what the commit did as materialization
 metadata (rendered in dagster/metadata.py; README: "What you see").
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from pydantic import Field, PrivateAttr
 
 from dagster_incremental.dagster import config_use, progress
 from dagster_incremental.dagster import metadata as md
+from dagster_incremental.dagster.output_context import frame_spec, frame_window, meta_value, write_spec_from_settings
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
@@ -126,7 +128,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         if self._tables is None:
             with _SERVICE_LOCK:
                 if self._tables is None:
-                    self._tables = tables_for(self._spark_conf, self.table_format, self._warehouse())
+                    self._tables = tables_for(self._spark_conf, self.table_format, _absolute_warehouse(self.warehouse))
         return self._tables
 
     @property
@@ -147,28 +149,15 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         from dagster_incremental.settings.secrets import with_secret_spark_conf
         from dagster_incremental.spark.session import note_destination
 
-        note_destination(self.catalog, self._warehouse(), self._origin())
+        note_destination(self.catalog, _absolute_warehouse(self.warehouse), _origin(self.config_path, self.catalog))
         return spark_conf(
             master=self.master,
             app_name=self.app_name,
             conf=with_secret_spark_conf(self.spark_config, self.secrets_path),
             table_format=self.table_format,
             catalog=self.catalog,
-            warehouse=self._warehouse(),
+            warehouse=_absolute_warehouse(self.warehouse),
         )
-
-    def _origin(self) -> str:
-        """Where this destination is configured, as a message names it."""
-        if not self.config_path:
-            return f"SparkTableIOManager(catalog={self.catalog!r})"
-        relative = os.path.relpath(self.config_path)
-        return f"{self.config_path if relative.startswith('..') else relative} [destination]"
-
-    def _warehouse(self) -> str:
-        """The warehouse as a URI or an absolute folder."""
-        if "://" in self.warehouse or self.warehouse.startswith("file:"):
-            return self.warehouse
-        return str(Path(self.warehouse).resolve())
 
     def table_name(self, asset_key: dg.AssetKey) -> TableRef:
         """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__` (a Delta table also
@@ -222,8 +211,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "
                 "SparkTableIOManager stores pyspark DataFrames (or the output of @incremental_asset)."
             )
-        spec = self._spec_from_definition(context)
-        window = self._output_window(context, spec)
+        spec = frame_spec(context, self.table_name(context.asset_key))
+        window = frame_window(context, spec)
         result = self.tables.write_frame(spec, obj, context.run_id, window)
         context.add_output_metadata(
             md.result_metadata(spec.table, result, replaced=spec.replaces_table(window)))
@@ -236,25 +225,11 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         try:
             conf = self._spark_conf()  # the keys the session was built with (no value is shown)
             table = self.table_name(asset_key).display
-            storage = self.tables.storage(self.catalog, conf, self._warehouse())
+            storage = self.tables.storage(self.catalog, conf, _absolute_warehouse(self.warehouse))
         except Exception:  # noqa: BLE001 - the destination itself is misconfigured: its own error stands
             return None
         problem = storage_problem(exc, storage)
         return None if problem is None else f"table {table}: {problem} (the error: {root_message(exc)})"
-
-    def _output_window(self, context: dg.OutputContext, spec: WriteSpec) -> WindowReplace | None:
-        """A partitioned DataFrame asset replaces its partition's window of `partition_expr`."""
-        if not context.has_asset_partitions:
-            return None
-        column = _meta_value(context.definition_metadata, "partition_expr") or spec.cursor_column
-        if not column:
-            raise IncrementalConfigError(
-                f"asset {context.asset_key.to_user_string()} is partitioned, but SparkTableIOManager "
-                "does not know which column holds the partition's time; add it to the asset, e.g. "
-                '@asset(metadata={"partition_expr": "event_date"})'
-            )
-        tw = context.asset_partitions_time_window
-        return WindowReplace(column=column, start=tw.start, end=tw.end)
 
     def load_input(self, context: dg.InputContext) -> Any:
         upstream = context.upstream_output
@@ -262,8 +237,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         window_column = None
         if upstream is not None:
             meta = upstream.definition_metadata
-            window_column = _meta_value(meta, md.DEF_WINDOW_COLUMN) or _meta_value(meta, "partition_expr")
-            tenant_column = _meta_value(meta, md.DEF_PARTITION_COLUMN)
+            window_column = meta_value(meta, md.DEF_WINDOW_COLUMN) or meta_value(meta, "partition_expr")
+            tenant_column = meta_value(meta, md.DEF_PARTITION_COLUMN)
             if context.has_asset_partitions and tenant_column:
                 from dagster_incremental.dagster.partition_scope import rows_of_partitions
 
@@ -275,31 +250,20 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             window = WindowReplace(column=window_column, start=tw.start, end=tw.end)
         return self.tables.read(self.table_name(key), window)
 
-    def _spec_from_definition(self, context: dg.OutputContext) -> WriteSpec:
-        settings = dict(_meta_value(context.definition_metadata, md.DEF_WRITE_SETTINGS) or {})
-        settings.setdefault("disposition", "replace")
-        return write_spec_from_settings(self.table_name(context.asset_key), settings)
+
+def _absolute_warehouse(warehouse: str) -> str:
+    """The warehouse as a URI or an absolute folder."""
+    if "://" in warehouse or warehouse.startswith("file:"):
+        return warehouse
+    return str(Path(warehouse).resolve())
 
 
-def write_spec_from_settings(table: TableRef, settings: Mapping[str, Any]) -> WriteSpec:
-    """A WriteSpec from the JSON-able settings kept in definition metadata."""
-    from dagster_incremental.spark.write_spec import Scd2Options
-
-    values = dict(settings)
-    scd2 = values.pop("scd2", None) or {}
-    for key in ("primary_key", "merge_key", "partition_by"):
-        values[key] = tuple(values.get(key) or ())
-    if values.get("dedup_sort"):
-        values["dedup_sort"] = tuple(values["dedup_sort"])
-    if "validity_column_names" in scd2:
-        scd2["validity_column_names"] = tuple(scd2["validity_column_names"])
-    return WriteSpec(table=table, scd2=Scd2Options(**scd2), **values)
-
-
-def _meta_value(metadata: Mapping[str, Any] | None, key: str) -> Any:
-    """A definition metadata value, unwrapped from Dagster's MetadataValue."""
-    value = (metadata or {}).get(key)
-    return getattr(value, "value", value)
+def _origin(config_path: str | None, catalog: str) -> str:
+    """Where a destination is configured, as a message names it."""
+    if not config_path:
+        return f"SparkTableIOManager(catalog={catalog!r})"
+    relative = os.path.relpath(config_path)
+    return f"{config_path if relative.startswith('..') else relative} [destination]"
 
 
 __all__: Sequence[str] = ["SparkTableIOManager", "write_spec_from_settings"]

@@ -1,7 +1,8 @@
 """The seam between the table formats: what a run asks of one destination's tables (`Tables`:
 the cursor in force, the one commit with its compare-and-set, the figures, the history, the
-reads), what a format's writer takes (`Writer`), and what a format's one commit offers the
-format-neutral statements that run as it (`DataCommit`: the strategies' MERGE, the window replace).
+reads), what a format's writer takes (`Writer`; the order every writer follows is
+spark/batch_writer.py's), and what a format's one commit offers the format-neutral statements
+that run as it (`DataCommit`: the strategies' MERGE, the window replace).
 
 The formats are siblings that implement it: spark/iceberg/ and spark/delta/ (their shared half is
 spark/tables.py). spark/destination.py is the one place that picks a format. Staging, dedup, the

@@ -595,6 +595,28 @@ def test_keyed_merge_tables_are_merge_on_read_and_compaction_keeps_rows_and_curs
     assert (after.rows_inserted, after.rows_updated, after.row_count) == (0, 1, 23)
 
 
+def test_a_full_refresh_that_loses_the_creation_race_leaves_the_winners_table(format_writer, spark, monkeypatch):
+    """A full refresh of a table that did not exist when the run read its cursor (none), while
+    another run creates it with rows and a cursor: the refresh writes nothing and says another
+    run's cursor came first, on either format (the order of the write is both formats' one)."""
+    from dagster_incremental.spark.run_commit import CursorGuard, StaleCursor
+
+    writer, table = format_writer
+    spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a")]), commit=info(1))  # the other creator
+    monkeypatch.setattr(type(writer), "_exists", lambda self, pending: False)  # this run looked before it
+    with pytest.raises(StaleCursor):
+        writer.write(spec, frame(spark, [(2, D(2024, 1, 2), "b")]), commit=info(2), full_refresh=True,
+                     guard=CursorGuard(expected_snapshot_id=None, scope=None))
+    assert contents(spark, table) == [(1, D(2024, 1, 1), "a")]
+    if isinstance(writer, DeltaWriter):
+        from dagster_incremental.spark.delta.log import DeltaLog
+
+        assert DeltaLog(table.location).committed_cursor(None).state == {"last_value": 1}
+    else:
+        assert writer.read_committed_state(table).state == {"last_value": 1}
+
+
 def test_a_table_created_by_someone_else_meanwhile_is_merged_into_not_recreated(spark, writer, table, monkeypatch):
     """CREATE TABLE AS SELECT for a new table loses the race to another creator: merge instead."""
     spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",))

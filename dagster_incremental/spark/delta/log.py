@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from dagster_incremental.spark.delta.checkpoints import Checkpoints
 from dagster_incremental.spark.delta.storage import filesystem_and_path
 from dagster_incremental.spark.committed_state import CommittedState, cursor_of
 
@@ -41,6 +42,7 @@ class DeltaLog:
     def __init__(self, location: str) -> None:
         self.fs, table = filesystem_and_path(str(location))
         self.folder = f"{table.rstrip('/')}/_delta_log"
+        self.checkpoints = Checkpoints(self.fs, self.folder, self._names)
 
     def _names(self) -> list[str]:
         """The names of the log's files ([]: no log)."""
@@ -48,11 +50,6 @@ class DeltaLog:
 
         found = self.fs.get_file_info(fs.FileSelector(self.folder, allow_not_found=True))
         return [f.base_name for f in found if f.type == fs.FileType.File]
-
-    def _checkpoints(self, pattern: str = ".checkpoint.parquet") -> list[str]:
-        """The log's checkpoint files (names ending in `pattern`), oldest first, as paths."""
-        return sorted(f"{self.folder}/{n}" for n in self._names()
-                      if ".checkpoint" in n and n.endswith(pattern) and n[:20].isdigit())
 
     def versions(self) -> list[int]:
         """The versions whose commit file is still in the log, oldest first ([]: no table)."""
@@ -89,21 +86,7 @@ class DeltaLog:
                 txn = action.get("txn")
                 if txn is not None and txn.get("appId") == app_id:
                     return int(txn["version"])
-        return self._checkpoint_app_version(app_id, versions[0] if versions else None)
-
-    def _checkpoint_app_version(self, app_id: str, oldest: int | None) -> int | None:
-        """`app_id`'s version in the newest checkpoint at or before the oldest commit file still
-        in the log (older commit files are cleaned; a checkpoint holds their state)."""
-        import pyarrow.parquet as pq
-
-        checkpoints = [p for p in self._checkpoints(".parquet") if oldest is None or _version_of(p) <= oldest]
-        if not checkpoints:
-            return None
-        newest = _version_of(checkpoints[-1])
-        rows = pq.ParquetDataset([p for p in checkpoints if _version_of(p) == newest],
-                                 filesystem=self.fs).read(columns=["txn"])
-        found = [t["version"] for t in rows.column("txn").to_pylist() if t and t.get("appId") == app_id]
-        return int(found[0]) if found else None
+        return self.checkpoints.app_version(app_id, versions[0] if versions else None)
 
     def row_count(self, version: int) -> int | None:
         """Live rows at `version`, from the files' own statistics (Delta records each data file's
@@ -117,7 +100,7 @@ class DeltaLog:
         """{path: add action} of the data files live at `version`: the newest checkpoint at or
         before it, then the commits after (None: a commit file was cleaned without a checkpoint
         covering it)."""
-        live, start = self._checkpoint_files(version)
+        live, start = self.checkpoints.live_files(version)
         for v in range(start, version + 1):
             actions = self.actions(v)
             if actions is None:
@@ -132,56 +115,30 @@ class DeltaLog:
     def table_id(self) -> str | None:
         """The table's identity (its metaData id, new when the table is created again at the
         same place), from the first commit still in the log or the newest checkpoint."""
-        import pyarrow.parquet as pq
-
         for version in self.versions():
             found = next((a["metaData"].get("id") for a in self.actions(version) or () if "metaData" in a), None)
             if found is not None:
                 return str(found)
-        checkpoints = self._checkpoints()
-        if not checkpoints:
-            return None
-        read = pq.read_table(checkpoints[-1], columns=["metaData"], filesystem=self.fs)
-        metadata = [m for m in read.column("metaData").to_pylist() if m]
-        return str(metadata[0]["id"]) if metadata else None
+        return self.checkpoints.table_id()
 
     def schema(self, version: int) -> tuple[tuple[str, str], ...] | None:
         """(column, Spark type) of the table at `version`, from its newest metaData action (None:
         only in a checkpoint, which Spark reads)."""
         from pyspark.sql.types import StructType  # the type classes only: no JVM
 
-        for v in range(version, -1, -1):
-            actions = self.actions(v)
-            if actions is None:
-                return None
-            found = next((a["metaData"]["schemaString"] for a in actions if "metaData" in a), None)
-            if found is not None:
-                fields = StructType.fromJson(json.loads(found)).fields
-                return tuple((f.name, f.dataType.simpleString()) for f in fields)
-        return None
+        found = _newest_metadata(self, version)
+        if found is None:
+            return None
+        fields = StructType.fromJson(json.loads(found["schemaString"])).fields
+        return tuple((f.name, f.dataType.simpleString()) for f in fields)
 
     def configuration(self, version: int) -> dict[str, str] | None:
         """The table's properties at `version` (its newest metaData action's configuration);
         None when only a checkpoint holds it or the log no longer reaches it."""
-        for v in range(version, -1, -1):
-            actions = self.actions(v)
-            if actions is None:
-                return None
-            found = next((a["metaData"] for a in actions if "metaData" in a), None)
-            if found is not None:
-                return {str(k): str(v) for k, v in (found.get("configuration") or {}).items()}
-        return None
-
-    def _checkpoint_files(self, version: int) -> tuple[dict[str, dict[str, Any]], int]:
-        """({file: add action} of the newest single-file checkpoint at or before `version`, the
-        first version after it); ({}, 0) without one."""
-        import pyarrow.parquet as pq
-
-        found = [p for p in self._checkpoints() if _version_of(p) <= version]
-        if not found:
-            return {}, 0
-        adds = pq.read_table(found[-1], columns=["add"], filesystem=self.fs).column("add").to_pylist()
-        return {a["path"]: a for a in adds if a}, _version_of(found[-1]) + 1
+        found = _newest_metadata(self, version)
+        if found is None:
+            return None
+        return {str(k): str(v) for k, v in (found.get("configuration") or {}).items()}
 
     def actions(self, version: int) -> list[dict[str, Any]] | None:
         try:
@@ -214,9 +171,17 @@ class DeltaLog:
         return [c for v in self.versions() if version is None or v > version if (c := self.commit(v)) is not None]
 
 
-def _version_of(path: str) -> int:
-    """The version a log file's name starts with (twenty digits)."""
-    return int(path.rsplit("/", 1)[-1][:20])
+def _newest_metadata(log: DeltaLog, version: int) -> dict[str, Any] | None:
+    """The newest metaData action at or before `version` (None: only a checkpoint holds it, or
+    the log no longer reaches it): the table's schema and properties as they stood then."""
+    for v in range(version, -1, -1):
+        actions = log.actions(v)
+        if actions is None:
+            return None
+        found = next((a["metaData"] for a in actions if "metaData" in a), None)
+        if found is not None:
+            return dict(found)
+    return None
 
 
 def _commit(version: int, info: dict[str, Any]) -> Commit:

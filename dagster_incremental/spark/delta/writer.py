@@ -1,7 +1,7 @@
 """DeltaWriter: one run's batch into its Delta table as ONE commit that carries the cursor.
 
-The same order as the Iceberg writer, on Delta's statements: fit the schema (ALTERs before any
-data), then one data commit (INSERT | INSERT OVERWRITE | window MERGE | strategy MERGE | CREATE
+Every format's order (spark/batch_writer.py), on Delta's statements: fit the schema (ALTERs before
+any data), then one data commit (INSERT | INSERT OVERWRITE | window MERGE | strategy MERGE | CREATE
 [OR REPLACE] TABLE ... AS SELECT), then what it did from the commit's own operation metrics.
 The strategies' MERGE statements and the window replace are the format-neutral ones of
 spark/merge and spark/window_replace, written against the table's path."""
@@ -16,22 +16,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError, IncrementalConfigError
-from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch
+from dagster_incremental.spark.batch_writer import BatchWriter, FitCheck
 from dagster_incremental.spark.delta import figures
 from dagster_incremental.spark.delta.column_mapping import PROPERTIES, mapped, needs_mapping, with_mapping
 from dagster_incremental.spark.delta.commit import DeltaCommit
 from dagster_incremental.spark.delta.in_process import write_in_process
 from dagster_incremental.spark.delta.s3_lease import commit_lease
-from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.merge.delete_insert import key_groups
 from dagster_incremental.spark.partitioning import parse_partition_spec
 from dagster_incremental.spark.run_commit import CursorGuard, case_sensitive
 from dagster_incremental.spark.schema_evolution import SchemaPlan
 from dagster_incremental.spark.sql import column_list, quote
-from dagster_incremental.spark.statements import run_merge, window_rows
+from dagster_incremental.spark.statements import run_merge
 from dagster_incremental.spark.statistics import pairing_key
 from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, string_literal
-from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
 # How Delta says a path was taken by another creator, depending on how far its commit had got.
@@ -59,7 +58,12 @@ def _keeps_types(plan: SchemaPlan, table_schema: T.StructType) -> None:
     )
 
 
-class DeltaWriter:
+def _properties_sql(spark: SparkSession, properties: Mapping[str, str]) -> str:
+    """`'key' = 'value', ...` as TBLPROPERTIES takes them."""
+    return ", ".join(f"{string_literal(spark, k)} = {string_literal(spark, v)}" for k, v in properties.items())
+
+
+class DeltaWriter(BatchWriter[DeltaCommit]):
     """Writes one run's batch to its Delta table (`spec.table.location`) in one commit.
 
     Args:
@@ -102,38 +106,22 @@ class DeltaWriter:
         assert spec.table.location is not None, "a Delta table has a location"
         pending = DeltaCommit.open(case_sensitive(self._setting), spec, commit, run_started_at, guard)
         with commit_lease(spec.table.location, spec.table.display):
-            return self._write(pending, batch, window, full_refresh, deduplicated)
+            return self._write_batch(pending, batch, window, full_refresh, deduplicated)
 
-    def _write(self, pending: DeltaCommit, batch: Any, window: WindowReplace | None, full_refresh: bool,
-               deduplicated: bool) -> WriteResult:
-        local = as_local(batch)
-        if local is not None and window is None and not full_refresh:
-            time_zone = self._setting("spark.sql.session.timeZone", "UTC")
-            done = write_in_process(pending, local, deduplicated=deduplicated, time_zone=time_zone)
-            if done is not None:
-                return done
-        if local is not None:
-            batch = arrow_to_spark(self.spark, local)
-        batch, helpers = prepared_batch(pending, batch, deduplicated)
-        data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
-        exists = pending.log.current_version() is not None
-        if batch is None and not exists:
-            return WriteResult(0, 0, 0, 0, None, ())
-        if full_refresh or (not exists and window is None):
-            try:
-                return self._create_as_select(pending, batch, data_schema, helpers, replace=exists)
-            except TableAlreadyExists:
-                exists = True  # another run created it first: write into it as usual
-        create = None if exists else (lambda schema: self._create_empty(pending, schema))
-        table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create,
-                                             check=self._fit_check(pending))
-        if window is not None:
-            return self._replace_window(pending, aligned, table_schema, helpers, window)
-        return self._commit(pending, aligned, table_schema)
+    # -- the steps of the shared order (spark/batch_writer.py) -------------------------------------
+
+    def _in_process(self, pending: DeltaCommit, local: LocalRows, deduplicated: bool) -> WriteResult | None:
+        """Local rows appended or merged by delta-rs, without a JVM."""
+        time_zone = self._setting("spark.sql.session.timeZone", "UTC")
+        return write_in_process(pending, local, deduplicated=deduplicated, time_zone=time_zone)
+
+    def _exists(self, pending: DeltaCommit) -> bool:
+        return pending.log.current_version() is not None
 
     # -- creating ----------------------------------------------------------------------------------
 
     def _create_empty(self, pending: DeltaCommit, schema: T.StructType) -> None:
+        """CREATE TABLE with no rows; a table another run created meanwhile is taken as it is."""
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
         try:
             self.spark.sql(f"CREATE TABLE {pending.table.sql} ({columns}) {self._clauses(pending.spec, schema)}")
@@ -186,11 +174,8 @@ class DeltaWriter:
             text += f" PARTITIONED BY ({', '.join(f.sql() for f in fields)})"
         properties = with_mapping({str(k): str(v) for k, v in spec.table_properties.items()}, schema.fieldNames())
         if properties:
-            text += f" TBLPROPERTIES ({self._properties(properties)})"
+            text += f" TBLPROPERTIES ({_properties_sql(self.spark, properties)})"
         return text
-
-    def _properties(self, properties: Mapping[str, str]) -> str:
-        return ", ".join(f"{string_literal(self.spark, k)} = {string_literal(self.spark, v)}" for k, v in properties.items())
 
     def _map_columns_for(self, pending: DeltaCommit, names: Sequence[str]) -> None:
         """Turn on column mapping on the existing table before a change that brings a column
@@ -198,9 +183,9 @@ class DeltaWriter:
         version = pending.log.current_version()
         if not needs_mapping(names) or version is None or mapped(pending.log.configuration(version)):
             return
-        self.spark.sql(f"ALTER TABLE {pending.table.sql} SET TBLPROPERTIES ({self._properties(PROPERTIES)})")
+        self.spark.sql(f"ALTER TABLE {pending.table.sql} SET TBLPROPERTIES ({_properties_sql(self.spark, PROPERTIES)})")
 
-    def _fit_check(self, pending: DeltaCommit) -> Callable[[SchemaPlan, T.StructType], None]:
+    def _fit_check(self, pending: DeltaCommit) -> FitCheck:
         """Before the schema's ALTERs: refuse a type change, map columns a new name needs."""
         def check(plan: SchemaPlan, table_schema: T.StructType) -> None:
             _keeps_types(plan, table_schema)
@@ -209,7 +194,10 @@ class DeltaWriter:
 
     # -- dispositions ------------------------------------------------------------------------------
 
-    def _commit(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType) -> WriteResult:
+    def _commit(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType,
+                local_count: int | None) -> WriteResult:
+        """The data commit of spec's disposition (no window); `local_count` is not needed: Delta's
+        metrics count what the commit did."""
         spark, spec = self.spark, pending.spec
         rows = aligned if aligned is not None else spark.createDataFrame([], table_schema)
         if spec.disposition == "merge" and aligned is not None:
@@ -236,9 +224,5 @@ class DeltaWriter:
         touched = (key_groups(spec), aligned) if spec.merge_strategy == "delete-insert" else None
         return figures.result(spark, pending, made, net_by=pairing_key(spec) if netted else None, touched=touched)
 
-    def _replace_window(self, pending: DeltaCommit, aligned: DataFrame | None, table_schema: T.StructType,
-                        helpers: Sequence[str], window: WindowReplace) -> WriteResult:
-        spec = pending.spec
-        rows, moved_keys = window_rows(spec, aligned, helpers)
-        replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
-        return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(spec), window=window)
+    def _window_result(self, pending: DeltaCommit, window: WindowReplace) -> WriteResult:
+        return figures.result(self.spark, pending, pending.made(), net_by=pairing_key(pending.spec), window=window)

@@ -1,11 +1,8 @@
 """TableWriter: one run's batch into its Spark table as ONE commit that also carries the cursor."""
 
-# It keeps only the order of things and delegates the rest (merge semantics, schema fitting,
-# window replace, table creation, statistics) to the modules beside it.
-#
-#     ensure namespace + table -> fit the schema (ALTERs, before any data) -> ONE data commit
-#     (append | overwrite-all | window MERGE | strategy MERGE | CREATE OR REPLACE ... AS SELECT)
-#     carrying the cursor -> read what that commit did from its snapshot
+# The order of things is every format's (spark/batch_writer.py); this module supplies Iceberg's
+# steps: the namespace, CREATE [OR REPLACE] ... AS SELECT, the data commit (append | overwrite-all |
+# strategy MERGE) on a branch carrying the cursor, and what that commit did, read from its snapshot.
 
 from __future__ import annotations
 
@@ -16,24 +13,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import IncrementalConfigError
-from dagster_incremental.spark.batch_fit import fitted_batch, prepared_batch
+from dagster_incremental.spark.batch_writer import BatchWriter
 from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state
 from dagster_incremental.spark.iceberg.local.write import write_local
-from dagster_incremental.spark.local.stage import arrow_to_spark, as_local
+from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.run_commit import CursorGuard
-from dagster_incremental.spark.statements import run_merge, window_rows
+from dagster_incremental.spark.statements import run_merge
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
-from dagster_incremental.spark.table_create import TableAlreadyExists, create_as_select, create_table, ensure_namespace
+from dagster_incremental.spark.table_create import create_as_select, create_table, ensure_namespace
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.window_replace import replace_window
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
 __all__ = ["TableWriter"]
 
 
-class TableWriter:
+class TableWriter(BatchWriter[PendingCommit]):
     """Writes one run's batch to its table in one atomic commit that carries the cursor.
 
     Args:
@@ -51,7 +47,11 @@ class TableWriter:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+        self._spark = spark
+
+    @property
+    def spark(self) -> SparkSession:
+        return self._spark
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -98,46 +98,28 @@ class TableWriter:
         holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """
         pending = PendingCommit.open(self.spark, spec, commit, run_started_at, guard)
-        local_count = None  # rows of a local batch (deduplicated: what the MERGE gets), known without a job
-        local = as_local(batch)
-        if local is not None:
-            if window is None and not full_refresh:
-                exists = pending.iceberg is not None
-                result = write_local(self.spark, pending, local, exists=exists, deduplicated=deduplicated)
-                if result is not None:
-                    return result
-            local_count = local.num_rows if deduplicated else None
-            batch = arrow_to_spark(self.spark, local)
-        return self._write_frame(pending, batch, window, full_refresh, deduplicated, local_count)
+        return self._write_batch(pending, batch, window, full_refresh, deduplicated)
 
-    def _write_frame(
-        self, pending: PendingCommit, batch: DataFrame | None, window: WindowReplace | None, full_refresh: bool,
-        deduplicated: bool, local_count: int | None,
-    ) -> WriteResult:
-        """The Spark path: the table created (with the rows) or its schema fitted, then the
-        disposition's commit."""
-        spec = pending.spec
-        batch, helpers = prepared_batch(pending, batch, deduplicated)
-        data_schema = T.StructType([f for f in batch.schema.fields if f.name not in helpers]) if batch is not None else None
-        exists = self.table_exists(spec.table)
-        if batch is None and not exists:
-            return WriteResult(0, 0, 0, 0, None, ())
-        ensure_namespace(self.spark, spec.table)
-        if full_refresh:
-            return create_as_select(self.spark, pending, batch, data_schema, helpers, exists=exists)
-        if not exists and batch is not None and window is None:
-            # A new table: whatever the disposition, the result is the rows to insert. One
-            # CREATE TABLE ... AS SELECT writes schema, rows and cursor in one commit, without a
-            # MERGE against nothing. A concurrent creator makes it fail: then merge as usual.
-            try:
-                return create_as_select(self.spark, pending, batch, data_schema, helpers, exists=False)
-            except TableAlreadyExists:
-                exists = True
-        create = None if exists else (lambda schema: create_table(self.spark, pending, schema))
-        table_schema, aligned = fitted_batch(self.spark, pending, batch, data_schema, helpers, create=create)
-        if window is not None:
-            return self._replace_window(pending, aligned, table_schema, helpers, window)
-        return self._commit(pending, aligned, table_schema, local_count)
+    # -- the steps of the shared order (spark/batch_writer.py) -------------------------------------
+
+    def _in_process(self, pending: PendingCommit, local: LocalRows, deduplicated: bool) -> WriteResult | None:
+        """Local rows appended or merged by Iceberg's Java API, without a Spark job."""
+        exists = pending.iceberg is not None
+        return write_local(self.spark, pending, local, exists=exists, deduplicated=deduplicated)
+
+    def _exists(self, pending: PendingCommit) -> bool:
+        return self.table_exists(pending.spec.table)
+
+    def _before_create(self, pending: PendingCommit) -> None:
+        """A table lives in a namespace of its catalog, which may not exist yet."""
+        ensure_namespace(self.spark, pending.spec.table)
+
+    def _create_as_select(self, pending: PendingCommit, batch: DataFrame | None, data_schema: T.StructType | None,
+                          helpers: Sequence[str], *, replace: bool) -> WriteResult:
+        return create_as_select(self.spark, pending, batch, data_schema, helpers, exists=replace)
+
+    def _create_empty(self, pending: PendingCommit, schema: T.StructType) -> bool:
+        return create_table(self.spark, pending, schema)
 
     # -- dispositions ------------------------------------------------------------------------------
 
@@ -174,18 +156,5 @@ class TableWriter:
             return commit_result(spark, pending, kind="keyed", batch_rows=counted, aligned=aligned)
         return commit_result(spark, pending, kind="changes", keys=pairing_key(spec))
 
-    def _replace_window(
-        self,
-        pending: PendingCommit,
-        aligned: DataFrame | None,
-        table_schema: T.StructType,
-        helpers: Sequence[str],
-        window: WindowReplace,
-    ) -> WriteResult:
-        """The window's rows replaced by the batch's (for merge: its deduplicated rows)."""
-        spec = pending.spec
-        rows, moved_keys = window_rows(spec, aligned, helpers)
-        replace_window(self.spark, pending, rows, table_schema, window, moved_keys=moved_keys)
-        return commit_result(self.spark, pending, kind="window", keys=pairing_key(spec), window=window)
-
-
+    def _window_result(self, pending: PendingCommit, window: WindowReplace) -> WriteResult:
+        return commit_result(self.spark, pending, kind="window", keys=pairing_key(pending.spec), window=window)
