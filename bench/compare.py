@@ -25,8 +25,10 @@ to paste into bench/README.md. Every system must end with the same number of row
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 from bench import common
@@ -49,6 +51,26 @@ TARGETS_10M = {"dlt": {"worst_change": 1.5, "total": 1.0}}
 TARGETS_DELTA = {"plain": {"change": 0.8, "total": 1.0}, "dlt": {"first": 0.5, "change": 0.8, "total": 1.0}}
 PLAIN_DELTA = ("plain Spark + Delta", "bench.delta_plain")
 RATIOS = ("first", "change", "total", "worst_change")
+
+
+def plain_peer_env() -> dict[str, str]:
+    """What the plain peer (run by this interpreter) needs on its Spark line. It takes Iceberg's runtime for Spark
+    3.5 from the snowpark-connect-deps-iceberg wheel, which ships no other line's; on Spark 4 it
+    gets a stand-in module of that name (first on its PYTHONPATH) listing this line's runtime,
+    the jar our runs use, under the file name it looks for. Nothing else of the peer changes."""
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
+    from dagster_incremental.spark.spark_line import running_line
+
+    if running_line().iceberg_wheel_jar is not None:
+        return {}
+    folder = Path(tempfile.mkdtemp(prefix="bench_plain_line_"))
+    runtime = Path(iceberg_runtime_jar())
+    link = folder / f"iceberg-spark-runtime-3.5_2.12.stand-in.{runtime.name}"
+    link.symlink_to(runtime)
+    (folder / "snowpark_connect_deps_iceberg.py").write_text(
+        f"from pathlib import Path\n\ndef list_jars():\n    return [Path({str(link)!r})]\n")
+    common.log(f"plain peer on Spark {running_line().name}: Iceberg runtime {runtime.name} (stand-in module in {folder})")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH", "")]))}
 
 
 def summary(results: list[dict]) -> dict:
@@ -133,11 +155,12 @@ def main(argv: list[str] | None = None) -> dict:
             continue
         cmds[p] = [python[p], str(Path(args.peer_dir) / PEERS[p][1]), *size, "--workload", str(WORKLOAD), *extra]
 
+    envs = {"plain": plain_peer_env()} if "plain" in peers and args.format == "iceberg" else {}
     order = list(cmds)
     results: dict[str, list[dict]] = {k: [] for k in order}
     for r in range(args.rounds):
         for name in order if r % 2 == 0 else order[::-1]:
-            results[name].append(common.run_json(cmds[name], REPO)[0])
+            results[name].append(common.run_json(cmds[name], REPO, envs.get(name))[0])
 
     median = {k: summary(v) for k, v in results.items()}
     chosen = TARGETS_DELTA if args.format == "delta" else TARGETS_10M if args.rows >= 10_000_000 else TARGETS
