@@ -285,20 +285,13 @@ def as_local(obj: Any) -> LocalRows | None:
     return LocalRows.of(obj) if _kind(obj) == "arrow" else None
 
 
-def spark_schema_of(rows: Any) -> Any:
-    """The Spark schema local rows get (what schema evolution and CREATE TABLE work from)."""
-    from dagster_incremental.spark.schema_evolution import spark_schema_of_arrow
-
-    return spark_schema_of_arrow(_rows(rows).schema)
-
-
 def arrow_to_spark(spark, rows: Any):
     """Local rows as a Spark DataFrame, chunk by chunk (explicit schema, no per-row Python)."""
-    from dagster_incremental.spark.schema_evolution import spark_ready_schema
+    from dagster_incremental.spark.schema_evolution import spark_ready_schema, spark_schema_of_arrow
 
     rows = _rows(rows)
     schema = spark_ready_schema(rows.schema)
-    spark_schema = spark_schema_of(rows)
+    spark_schema = spark_schema_of_arrow(schema)
     frame = None
     for chunk in rows.chunks():
         part = spark.createDataFrame(chunk.cast(schema).to_pandas(), schema=spark_schema)
