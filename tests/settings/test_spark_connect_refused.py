@@ -66,6 +66,14 @@ def test_a_process_that_made_a_connect_session_is_refused_a_session(monkeypatch)
         build_spark_session({"spark.master": "local[1]"})
     text = str(caught.value)
     assert "already has a Spark Connect session" in text and "[spark] master" in text and "Nothing was written" in text
+    # and where a batch enters, naming the asset, whatever the rows (a write pyiceberg would
+    # commit without Spark too: one rule, not one that depends on the batch)
+    from dagster_incremental.spark.connect import refuse_connect_process
+
+    with pytest.raises(IncrementalConfigError, match="asset 'orders': this process already has a Spark Connect session"):
+        refuse_connect_process("orders")
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
+    refuse_connect_process("orders")  # an unmarked process passes
 
 
 def _stand_in(module: str) -> object:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.connect import refuse_connect_frame
+from dagster_incremental.spark.connect import refuse_connect_frame, refuse_connect_process
 from dagster_incremental.spark.local.rows import LocalRows
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
@@ -175,6 +175,7 @@ def stage_batches(
         elif batch:
             rows.add(_page_to_arrow(batch, settings.name))
         local = True
+    refuse_connect_process(settings.name)  # the function may have made a Connect session while it ran
     if not local:
         return Staged(frames=tuple(frames))
     rows.finish()
