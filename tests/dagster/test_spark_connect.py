@@ -117,3 +117,49 @@ def test_the_intake_refuses_pysparks_own_connect_dataframe_class_without_a_serve
     for given in (frame, iter([{"id": 1}, frame])):
         with pytest.raises(IncrementalConfigError, match="asset 'orders': the function gave a Spark Connect DataFrame"):
             list(iterate_output(given, "orders"))
+
+
+# A user's process that made its Connect session the way PySpark's docs show, which marks the
+# whole process as Connect (SPARK_CONNECT_MODE_ENABLED): run in a process of its own, since the
+# mark would reach every later test of this one.
+MARKED_PROCESS = """
+import json, os, sys
+import dagster as dg
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
+
+url, warehouse = sys.argv[1], sys.argv[2]
+remote = SparkSession.builder.remote(url).getOrCreate()
+
+@incremental_asset(primary_key="id", write_disposition="merge")
+def orders_m(updated_at: Incremental = incremental("updated_at")):
+    return [{"id": 1, "updated_at": "2024-01-01T00:00:00Z"}]
+
+io = SparkTableIOManager(catalog="lake", namespace="marked", warehouse=warehouse, master="local[1]")
+result = dg.materialize([orders_m], resources={"io_manager": io}, raise_on_error=False)
+error = result.get_step_failure_events()[0].step_failure_data.error if not result.success else None
+print(json.dumps({"success": result.success, "message": error.message if error else None,
+                  "marked": "SPARK_CONNECT_MODE_ENABLED" in os.environ, "jvm": SparkContext._jvm is not None,
+                  "remote_kind": type(remote).__module__}))
+"""
+
+
+def test_a_process_marked_as_connect_is_refused_before_a_jvm_starts_or_a_table_exists(connect_server, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    warehouse = tmp_path / "warehouse"
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", MARKED_PROCESS, connect_server.url, str(warehouse)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["marked"] and seen["remote_kind"].startswith("pyspark.sql.connect")  # the scenario is real
+    assert not seen["success"]
+    assert "asset orders_m" in seen["message"] and "already has a Spark Connect session" in seen["message"]
+    assert "[spark] master" in seen["message"] and "sc://" not in seen["message"]
+    assert not seen["jvm"]  # refused before the library started a driver JVM
+    assert not (warehouse / "marked" / "orders_m").exists()
