@@ -105,7 +105,7 @@ class ConnectServer:
         address = f"127.0.0.1:{self.port}"
         while address not in self._listening():
             if self.process.poll() is not None:
-                if "Address already in use" in self.tail(20000):
+                if "java.net.BindException" in self.tail(20000):  # "Failed to bind to address ...: Service ... failed after 0 retries"
                     raise _PortTaken(address)
                 raise RuntimeError(f"the Spark Connect server exited with code {self.process.returncode} before "
                                    f"listening on {address}; its log, {self.log}:\n{self.tail()}")
