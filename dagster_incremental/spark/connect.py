@@ -20,7 +20,7 @@ __all__ = ["connect_session_refused", "is_connect", "marked_as_connect", "refuse
            "refuse_connect_process", "refuse_connect_session"]
 
 _WHY = "(its commits go through the Spark driver in the Dagster process)"
-_CLASSIC = 'set [spark] master (e.g. "local[*]" or "spark://host:7077")'
+_CLASSIC = 'set [spark] master, e.g. "local[*]" or "spark://host:7077"'
 
 
 def is_connect(obj: Any) -> bool:
@@ -74,9 +74,9 @@ def connect_session_refused(asset: str | None = None) -> Exception:
         (f"asset {asset!r}: " if asset else "")
         + "this process already has a Spark Connect session (made by SparkSession.builder.remote(...) "
         f"or with spark.api.mode = \"connect\"), which this release cannot write through yet {_WHY}; "
-        f"build the Dagster process's session classic instead: {_CLASSIC}, without SPARK_REMOTE (a Connect "
+        f"keep the Dagster process's session classic instead ({_CLASSIC}; leave SPARK_REMOTE unset). A Connect "
         "session for reading a source, made by pyspark.sql.connect.session.SparkSession.builder.remote(url)"
-        ".create(), leaves it classic). Nothing was written")
+        ".create(), leaves the process classic. Nothing was written.")
 
 
 def refuse_connect_frame(obj: Any, asset: str) -> None:
@@ -88,9 +88,9 @@ def refuse_connect_frame(obj: Any, asset: str) -> None:
         return
     raise IncrementalConfigError(
         f"asset {asset!r}: the function gave a Spark Connect DataFrame, which this release cannot write "
-        f"yet: Spark Connect is not supported {_WHY}. Build the DataFrame on a classic session "
-        f"({_CLASSIC}, without SPARK_REMOTE), or give its rows as a pyarrow Table or pandas DataFrame "
-        "(frame.toArrow(), frame.toPandas()), which are written as today. Nothing was written")
+        f"yet: Spark Connect is not supported {_WHY}. Build the DataFrame on a classic session instead "
+        f"({_CLASSIC}; leave SPARK_REMOTE unset), or give its rows as a pyarrow Table or pandas DataFrame "
+        "(frame.toArrow(), frame.toPandas()), which are written as today. Nothing was written.")
 
 
 def _is_connect_mode(value: str | None) -> bool:
