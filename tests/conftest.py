@@ -42,7 +42,12 @@ SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "t
 # merge_key that test_merge_strategies and test_faults already prove there.
 EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race_without_pool", "test_commit",
               "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
-              "test_errors", "test_incremental", "test_code_location", "test_local_merge")
+              "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect")
+
+# Tests against a real Spark Connect server (the `connect_server` fixture) are `connect` tests:
+# PySpark 4's wheel ships the server, 3.5's does not (nor does Maven Central serve 3.5's), so on
+# the 3.5 line they are deselected, and the run's header says why.
+CONNECT_LINES_FROM = (4, 0)
 
 
 @pytest.fixture(scope="session")
@@ -168,6 +173,17 @@ def catalog_secrets_only_where_a_catalog_is(request, monkeypatch):
         monkeypatch.delenv(key)
 
 
+@pytest.fixture(scope="session")
+def connect_server(spark_warehouse):
+    """A Spark Connect server (tests/connect_server.py) on 127.0.0.1 serving the tests' warehouse
+    (catalog `lake`, Delta beside it), started once per test session (per worker: its port picked
+    free), stopped with its JVM at the end."""
+    from connect_server import connect_server
+
+    with connect_server(spark_warehouse) as server:
+        yield server
+
+
 @pytest.fixture
 def instance():
     """A throwaway Dagster instance (its own temp storage) for one test."""
@@ -177,15 +193,37 @@ def instance():
         yield inst
 
 
+def _connect_server_shipped() -> bool:
+    """Whether the installed PySpark's line ships a Spark Connect server (4.0 and later)."""
+    import pyspark
+
+    major, minor = pyspark.__version__.split(".")[:2]
+    return (int(major), int(minor)) >= CONNECT_LINES_FROM
+
+
+def pytest_report_header(config):
+    if not _connect_server_shipped():
+        return "Spark Connect tests (marker `connect`) deselected: this PySpark line ships no Connect server"
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """A test that uses the shared session or its warehouse (an IO manager there starts a JVM),
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
     suite without anyone having to remember the marker. EVERY_LINE modules' tests are
-    `every_line` tests. SLOW_FIRST modules go first."""
+    `every_line` tests. A test of the Connect server is a `connect` test, deselected on a line
+    without one. SLOW_FIRST modules go first."""
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
         if item.module.__name__.rsplit(".", 1)[-1] in EVERY_LINE:
             item.add_marker(pytest.mark.every_line)
+        if "connect_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.connect)
+    if not _connect_server_shipped():
+        deselected = [item for item in items if item.get_closest_marker("connect")]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if not item.get_closest_marker("connect")]
     slow = {name: rank for rank, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: slow.get(item.module.__name__.rsplit(".", 1)[-1], len(slow)))

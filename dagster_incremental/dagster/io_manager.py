@@ -22,6 +22,7 @@ from dagster_incremental.dagster import config_use, progress
 from dagster_incremental.dagster import metadata as md
 from dagster_incremental.dagster.output_context import frame_spec, frame_window, meta_value, write_spec_from_settings
 from dagster_incremental.errors import IncrementalConfigError
+from dagster_incremental.spark.connect import refuse_connect_frame, refuse_connect_process
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session_conf import spark_conf
@@ -206,6 +207,8 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 obj.spec.table, result, obj.column_descriptions,
                 replaced=obj.spec.replaces_table(obj.window)))
             return
+        refuse_connect_frame(obj, context.asset_key.to_user_string())  # before any statement reads it
+        refuse_connect_process(context.asset_key.to_user_string())
         if not is_spark_frame(obj):
             raise IncrementalConfigError(
                 f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing.util
-import os
 import subprocess
 import threading
 from collections.abc import Mapping
 from typing import Any
 
+# Spark Connect's refusals (`refuse_connect` is imported from here too, as it was defined here).
+from dagster_incremental.spark.connect import refuse_connect, refuse_connect_session
 # The Iceberg runtime jar's path, where recipes and earlier releases import it from (each
 # format's session conf is its own: spark/iceberg/session_setup.py, spark/delta/session_setup.py).
 from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
 
-__all__ = ["build_spark_session", "iceberg_runtime_jar", "note_destination"]
+__all__ = ["build_spark_session", "iceberg_runtime_jar", "note_destination", "refuse_connect"]
 
 
 def build_spark_session(conf: Mapping[str, str]):
@@ -25,8 +26,8 @@ def build_spark_session(conf: Mapping[str, str]):
 
     Raises:
         IncrementalConfigError: the process's session already has a catalog of this name with
-            other settings (`check_catalogs`); or Spark Connect is asked for (`refuse_connect`);
-            nothing was changed then.
+            other settings (`check_catalogs`); or Spark Connect is asked for, or this process
+            already has a Connect session (spark/connect.py); nothing was changed then.
     """
     refuse_connect(conf)
     from pyspark import SparkContext
@@ -48,6 +49,7 @@ def build_spark_session(conf: Mapping[str, str]):
         for key, value in start.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
+        refuse_connect_session(session)  # a Connect session the checks above could not foresee
         set_while_running(session, later)
         if launching:
             _end_with_this_process(getattr(SparkContext._gateway, "proc", None), start)
@@ -55,20 +57,6 @@ def build_spark_session(conf: Mapping[str, str]):
 
 
 _BUILD_LOCK = threading.Lock()
-
-
-def refuse_connect(conf: Mapping[str, str]) -> None:
-    """PySpark makes a Spark Connect session when SPARK_REMOTE or `spark.remote` is set; the
-    commits here go through the driver JVM in this process, which such a session lacks."""
-    from dagster_incremental.errors import IncrementalConfigError
-
-    asked = [n for n, v in (("the SPARK_REMOTE variable", os.environ.get("SPARK_REMOTE")),
-                            ('config.toml [spark.conf] "spark.remote"', conf.get("spark.remote"))) if v]
-    if asked:  # the URL is not shown: a Connect URL may carry a token
-        raise IncrementalConfigError(
-            f"{' and '.join(asked)} asks for a Spark Connect session, which this release cannot run yet "
-            "(its commits go through the Spark driver in the Dagster process); unset it for the Dagster "
-            'process and set [spark] master (e.g. "local[*]" or "spark://host:7077")')
 
 
 # ---------------------------------------------------------------- credentials off the command line

@@ -38,3 +38,64 @@ def test_spark_remote_is_refused_before_a_session_starts(where, monkeypatch):
     text = str(caught.value)
     assert named in text and "Spark Connect" in text and "[spark] master" in text
     assert "token" not in text and "dbc.example" not in text
+
+
+@pytest.mark.parametrize("where", ["conf", "environment"])
+def test_spark_api_mode_connect_is_refused_before_a_session_starts(where, monkeypatch):
+    """PySpark 4 makes a Connect session (and starts a local Connect server) for spark.api.mode
+    = "connect"; refused as spark.remote is."""
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    conf = {"spark.master": "local[1]"}
+    if where == "conf":
+        conf["spark.api.mode"] = "Connect"
+        named = '[spark.conf] "spark.api.mode" = "connect"'
+    else:
+        monkeypatch.setenv("SPARK_API_MODE", "connect")
+        named = "SPARK_API_MODE"
+    with pytest.raises(IncrementalConfigError) as caught:
+        build_spark_session(conf)
+    assert named in str(caught.value) and "Spark Connect" in str(caught.value) and "[spark] master" in str(caught.value)
+
+
+def test_a_process_that_made_a_connect_session_is_refused_a_session(monkeypatch):
+    """SparkSession.builder.remote(...).getOrCreate() marks the process (SPARK_CONNECT_MODE_ENABLED):
+    PySpark then hands every builder the Connect session, and the library builds none."""
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    with pytest.raises(IncrementalConfigError) as caught:
+        build_spark_session({"spark.master": "local[1]"})
+    text = str(caught.value)
+    assert "already has a Spark Connect session" in text and "[spark] master" in text and "Nothing was written" in text
+    # and where a batch enters, naming the asset, whatever the rows (a write pyiceberg would
+    # commit without Spark too: one rule, not one that depends on the batch)
+    from dagster_incremental.spark.connect import refuse_connect_process
+
+    with pytest.raises(IncrementalConfigError, match="asset 'orders': this process already has a Spark Connect session"):
+        refuse_connect_process("orders")
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
+    refuse_connect_process("orders")  # an unmarked process passes
+
+
+def _stand_in(module: str) -> object:
+    """An instance of a class named as PySpark names its DataFrames, in `module` (3.5's
+    Connect client needs packages this line's tests do not install; 4.1's real class is tested
+    in tests/dagster/test_spark_connect.py)."""
+    return type("DataFrame", (), {"__module__": module})()
+
+
+def test_a_connect_dataframe_is_refused_where_a_batch_enters_and_a_classic_one_is_not():
+    from dagster_incremental.spark.connect import is_connect, refuse_connect_session
+    from dagster_incremental.spark.local.stage import iterate_output
+
+    connect = _stand_in("pyspark.sql.connect.dataframe")
+    for given in (connect, [{"id": 1}, connect]):
+        with pytest.raises(IncrementalConfigError) as caught:
+            list(iterate_output(given, "orders"))
+        text = str(caught.value)
+        assert text.startswith("asset 'orders': the function gave a Spark Connect DataFrame") and "not supported" in text
+        assert "[spark] master" in text and "frame.toArrow()" in text and "Nothing was written" in text
+    classic = _stand_in("pyspark.sql.classic.dataframe")
+    assert not is_connect(classic) and list(iterate_output(classic, "orders")) == [classic]
+    refuse_connect_session(classic)  # a classic session passes
+    with pytest.raises(IncrementalConfigError, match="already has a Spark Connect session"):
+        refuse_connect_session(_stand_in("pyspark.sql.connect.session"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark.connect import refuse_connect_frame, refuse_connect_process
 from dagster_incremental.spark.local.rows import LocalRows
 
 PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this size
@@ -20,9 +21,11 @@ ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data 
 
 
 def iterate_output(output: Any, asset: str) -> Iterator[Any]:
-    """Turn the function's result into an iterator of batches (pages, tables or frames)."""
+    """Turn the function's result into an iterator of batches (pages, tables or frames). Where a
+    batch enters the library: a Spark Connect DataFrame is refused here, before any filter reads it."""
     if output is None:
         return iter(())
+    refuse_connect_frame(output, asset)
     if _is_batch(output):
         return iter((output,))
     if isinstance(output, Mapping):
@@ -59,6 +62,7 @@ def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
                 raise DataShapeError(_not_a_row(asset, bad, inside_page=True))
             yield item
         elif _is_batch(item):
+            refuse_connect_frame(item, asset)
             yield item
         else:
             raise DataShapeError(_not_a_row(asset, item))
@@ -171,6 +175,7 @@ def stage_batches(
         elif batch:
             rows.add(_page_to_arrow(batch, settings.name))
         local = True
+    refuse_connect_process(settings.name)  # the function may have made a Connect session while it ran
     if not local:
         return Staged(frames=tuple(frames))
     rows.finish()

@@ -110,8 +110,10 @@ def _refresh_spark_cache(table_sql: str) -> None:
         return
     from pyspark.sql import SparkSession
 
+    from dagster_incremental.spark.connect import is_connect
+
     session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if session is not None:
+    if session is not None and not is_connect(session):  # a Connect session's server holds no cache of ours
         session.catalog.refreshTable(table_sql)
 
 
