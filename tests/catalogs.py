@@ -359,6 +359,16 @@ def delta_by_spark_only(monkeypatch) -> None:
     monkeypatch.setattr(writer, "write_in_process", lambda *args, **kwargs: None)
 
 
+def delta_rs_rows(location: str, storage_options: Mapping[str, str] | None = None) -> Any:
+    """The Delta table's rows as delta-rs's query engine reads them, as a pyarrow Table.
+    Not `to_pyarrow_table()`: with pyarrow 25/26 it can abort the process as it exits."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    table = DeltaTable(location, storage_options=dict(storage_options or {}))
+    return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all())
+
+
 def assert_delta_rs_agrees(spark: Any, table: Any, storage_options: Mapping[str, str] | None = None) -> None:
     """delta-rs reads the Delta table Spark wrote: the same rows, and the newest cursor Spark's
     history shows is in delta-rs's history of the same version."""
@@ -369,7 +379,7 @@ def assert_delta_rs_agrees(spark: Any, table: Any, storage_options: Mapping[str,
     frame = spark.table(table.sql)
     expected = sorted((tuple(r) for r in frame.collect()), key=repr)
     read = DeltaTable(table.location, storage_options=dict(storage_options or {}))
-    arrow = read.to_pyarrow_table(columns=frame.columns)
+    arrow = delta_rs_rows(table.location, storage_options).select(frame.columns)
     got = sorted((tuple(map(_naive, r)) for r in zip(*(arrow.column(c).to_pylist() for c in frame.columns))), key=repr)
     assert got == expected, f"delta-rs reads {len(got)} rows of {table.display}, Spark {len(expected)}"
     spark_history = spark.sql(f"DESCRIBE HISTORY {table.sql}").where("userMetadata LIKE '%dagster_incremental.state%'")

@@ -15,7 +15,7 @@ import dagster as dg
 import pytest
 
 from attack_support import table_exists
-from catalogs import PYICEBERG_COMMITS, WITHOUT_JVM
+from catalogs import PYICEBERG_COMMITS, WITHOUT_JVM, delta_rs_rows
 from dagster_incremental import Incremental, SparkTableIOManager, incremental, incremental_asset
 
 pytestmark = pytest.mark.spark
@@ -239,9 +239,7 @@ def test_a_delta_change_run_committed_by_delta_rs_starts_no_jvm_in_a_fresh_proce
     ]
     assert (seen["built"], seen["context"], seen["java"], seen["pyspark_threads"]) == (0, False, [], [])
     assert "starting Spark" not in proc.stderr
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(tmp_path / "delta" / "fresh" / "orders")).to_pyarrow_table().sort_by("id").to_pylist()
+    rows = delta_rs_rows(str(tmp_path / "delta" / "fresh" / "orders")).sort_by("id").to_pylist()
     assert [(r["id"], r["updated_at"].isoformat()) for r in rows] == [
         (1, "2024-01-01T00:00:00+00:00"), (2, "2024-01-05T00:00:00+00:00"), (3, "2024-01-03T00:00:00+00:00"),
         (4, "2024-01-06T00:00:00+00:00")]

@@ -24,7 +24,7 @@ from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec
-from catalogs import assert_delta_rs_agrees, delta_by_spark_only, delta_catalog
+from catalogs import assert_delta_rs_agrees, delta_by_spark_only, delta_catalog, delta_rs_rows
 
 pytestmark = pytest.mark.spark
 
@@ -289,9 +289,9 @@ def test_columns_with_spaces_and_punctuation_load_change_and_evolve_under_column
     properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table.sql}").collect()}
     assert properties["delta.columnMapping.mode"] == "name"
     # delta-rs reads it through its query engine (deltalake 1.6's to_pyarrow_table does not map names)
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import DeltaTable
 
-    read = pa.table(QueryBuilder().register("t", DeltaTable(table.location)).execute("SELECT * FROM t").read_all())
+    read = delta_rs_rows(table.location)
     assert {r["id"]: (r["order id"], r["a,b"], r["x(y)"], r["k=v"], r["new (col)"]) for r in read.to_pylist()} == got
     assert DeltaTable(table.location).history(1)[0]["userMetadata"] == \
         spark.sql(f"DESCRIBE HISTORY {table.sql} LIMIT 1").first().userMetadata
