@@ -44,6 +44,14 @@ EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race
               "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
               "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect")
 
+# Modules whose tests check planning, metadata and messages through a table: on every catalog
+# kind they would repeat the commit, race and fault paths that EVERY_LINE modules already prove on
+# each kind, so they run on one kind per format (ONE_KIND_PER_FORMAT); DI_EVERY_KIND=1 runs
+# them on every kind.
+ONE_KIND_PER_FORMAT_MODULES = ("test_assets", "test_checks", "test_tenant_cursors", "test_upstream_changes")
+ONE_KIND_PER_FORMAT = ("hadoop", "delta")
+EVERY_KIND_ENV = "DI_EVERY_KIND"
+
 # Tests against a real Spark Connect server (the `connect_server` fixture) are `connect` tests:
 # PySpark 4's wheel ships the server, 3.5's does not (nor does Maven Central serve 3.5's), so on
 # the 3.5 line they are deselected, and the run's header says why.
@@ -202,9 +210,27 @@ def _connect_server_shipped() -> bool:
 
 
 def pytest_report_header(config):
+    lines = []
     if not _connect_server_shipped():
-        return "Spark Connect tests (marker `connect`) deselected: this PySpark line ships no Connect server"
-    return None
+        lines.append("Spark Connect tests (marker `connect`) deselected: this PySpark line ships no Connect server")
+    if os.environ.get(EVERY_KIND_ENV) != "1":
+        lines.append(f"{', '.join(ONE_KIND_PER_FORMAT_MODULES)}: on catalog kinds {', '.join(ONE_KIND_PER_FORMAT)} "
+                     f"only ({EVERY_KIND_ENV}=1: on every kind)")
+    return lines
+
+
+def _deselect(config, items, drop) -> None:
+    deselected = [item for item in items if drop(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not drop(item)]
+
+
+def _beyond_one_kind_per_format(item) -> bool:
+    """A ONE_KIND_PER_FORMAT_MODULES test on a catalog kind beyond ONE_KIND_PER_FORMAT."""
+    kind = getattr(item, "callspec", None) and item.callspec.params.get("catalog")
+    return (item.module.__name__.rsplit(".", 1)[-1] in ONE_KIND_PER_FORMAT_MODULES
+            and kind is not None and kind not in ONE_KIND_PER_FORMAT)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -212,7 +238,8 @@ def pytest_collection_modifyitems(config, items):
     directly or through a fixture, is a `spark` test, so `pytest -m "not spark"` is the fast
     suite without anyone having to remember the marker. EVERY_LINE modules' tests are
     `every_line` tests. A test of the Connect server is a `connect` test, deselected on a line
-    without one. SLOW_FIRST modules go first."""
+    without one. ONE_KIND_PER_FORMAT_MODULES run on one catalog kind per format unless
+    DI_EVERY_KIND=1. SLOW_FIRST modules go first."""
     for item in items:
         if {"spark", "spark_warehouse"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.spark)
@@ -221,9 +248,8 @@ def pytest_collection_modifyitems(config, items):
         if "connect_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.connect)
     if not _connect_server_shipped():
-        deselected = [item for item in items if item.get_closest_marker("connect")]
-        if deselected:
-            config.hook.pytest_deselected(items=deselected)
-            items[:] = [item for item in items if not item.get_closest_marker("connect")]
+        _deselect(config, items, lambda item: item.get_closest_marker("connect"))
+    if os.environ.get(EVERY_KIND_ENV) != "1":
+        _deselect(config, items, _beyond_one_kind_per_format)
     slow = {name: rank for rank, name in enumerate(SLOW_FIRST)}
     items.sort(key=lambda item: slow.get(item.module.__name__.rsplit(".", 1)[-1], len(slow)))
