@@ -126,7 +126,7 @@ class DeltaLog:
         only in a checkpoint, which Spark reads)."""
         from pyspark.sql.types import StructType  # the type classes only: no JVM
 
-        found = _newest_metadata(self, version)
+        found = newest_metadata(self, version)
         if found is None:
             return None
         fields = StructType.fromJson(json.loads(found["schemaString"])).fields
@@ -135,7 +135,7 @@ class DeltaLog:
     def configuration(self, version: int) -> dict[str, str] | None:
         """The table's properties at `version` (its newest metaData action's configuration);
         None when only a checkpoint holds it or the log no longer reaches it."""
-        found = _newest_metadata(self, version)
+        found = newest_metadata(self, version)
         if found is None:
             return None
         return {str(k): str(v) for k, v in (found.get("configuration") or {}).items()}
@@ -171,7 +171,7 @@ class DeltaLog:
         return [c for v in self.versions() if version is None or v > version if (c := self.commit(v)) is not None]
 
 
-def _newest_metadata(log: DeltaLog, version: int) -> dict[str, Any] | None:
+def newest_metadata(log: DeltaLog, version: int) -> dict[str, Any] | None:
     """The newest metaData action at or before `version` (None: only a checkpoint holds it, or
     the log no longer reaches it): the table's schema and properties as they stood then."""
     for v in range(version, -1, -1):
