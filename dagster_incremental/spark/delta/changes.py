@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError, UpstreamRewritten
+from dagster_incremental.spark.delta.data_files import plain_schema, read_files
 from dagster_incremental.spark.delta.log import DeltaLog, file_rows
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -79,8 +80,11 @@ def changed_rows(spark, table: TableRef, read: UpstreamRead):
     in the end's columns, or None when no file left): the two sides the change read nets."""
     from pyspark.sql import functions as F
 
-    end = table_at(spark, table, read.end)
     added, removed = _changed_files(table, read)
+    direct = _files_alone(spark, table, read, added, removed)
+    if direct is not None:
+        return direct
+    end = table_at(spark, table, read.end)
     if not removed:
         return _rows_of_files(end, added), None
     gone = _rows_of_files(table_at(spark, table, read.start), removed)
@@ -106,6 +110,19 @@ def _changed_files(table: TableRef, read: UpstreamRead) -> tuple[list[str], list
     if any(not (folder / _decoded(path)).exists() for path in removed):
         raise _rewritten(table, read.start, "VACUUM deleted data files of that version")
     return [path for path in end if path not in start], removed
+
+
+def _files_alone(spark, table: TableRef, read: UpstreamRead, added: Sequence[str], removed: Sequence[str]):
+    """changed_rows's two sides read from the changed files alone, in the end's columns, without
+    two time-travel reads (spark/delta/data_files.py); None where the files alone don't hold the
+    rows at either end."""
+    assert read.start is not None and read.end is not None and table.location is not None
+    log = _log(table)
+    schema = plain_schema(log, read.end)
+    if schema is None or plain_schema(log, read.start) is None:
+        return None
+    gone = read_files(spark, table.location, removed, schema) if removed else None
+    return read_files(spark, table.location, added, schema), gone
 
 
 def _rows_of_files(frame, paths: Sequence[str]):

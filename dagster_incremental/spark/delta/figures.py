@@ -4,17 +4,14 @@ delete-insert: both delete and re-insert a row that may not have changed)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
 
-from dagster_incremental.spark.delta.column_mapping import mapped
 from dagster_incremental.spark.delta.commit import DeltaCommit
-from dagster_incremental.spark.delta.log import Commit, DeltaLog, newest_metadata
+from dagster_incremental.spark.delta.data_files import plain_schema, read_files
+from dagster_incremental.spark.delta.log import Commit, DeltaLog
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult
 
@@ -116,35 +113,20 @@ def window_change(spark: SparkSession, table: TableRef, version: int, window: Wi
 
 
 def commit_sides(spark: SparkSession, table: TableRef, version: int) -> tuple[DataFrame, DataFrame] | None:
-    """(rows of the data files commit `version` added, rows of those it removed), read from those
-    files alone. Netted, they give what the commit changed (rows it rewrote unchanged cancel) without
-    reading two versions of the table, each of which Spark's Delta rebuilds from the log (about a
-    second a figure even on a small table). None where the files alone don't hold the rows: a
-    partitioned table (its values are in the log), column mapping (physical names), deletion vectors."""
+    """(rows of the data files commit `version` added, rows of those it removed), netted they give
+    what the commit changed (rows it rewrote unchanged cancel) without two time-travel reads
+    (spark/delta/data_files.py). None where the files alone don't hold the rows."""
     location = table.location
     assert location is not None, "a Delta table has a location"
     log = DeltaLog(location)
-    actions, metadata = log.actions(version), newest_metadata(log, version)
-    if actions is None or metadata is None or metadata.get("partitionColumns") \
-            or mapped(metadata.get("configuration") or {}):
+    actions, schema = log.actions(version), plain_schema(log, version)
+    if actions is None or schema is None:
         return None
     files = {kind: [a[kind] for a in actions if kind in a] for kind in ("add", "remove")}
     if any(f.get("deletionVector") for side in files.values() for f in side):
         return None
-    schema = StructType.fromJson(json.loads(metadata["schemaString"]))
-
-    def rows(side: str) -> DataFrame:
-        paths = [data_file(location, f["path"]) for f in files[side]]
-        return spark.read.schema(schema).parquet(*paths) if paths else spark.createDataFrame([], schema)
-
-    return rows("add"), rows("remove")
-
-
-def data_file(location: str, path: str) -> str:
-    """A log entry's data file as a path Spark reads: the log's paths are URI-encoded, relative
-    to the table's folder unless absolute."""
-    decoded = unquote(path)
-    return decoded if "://" in path or path.startswith("/") else f"{location.rstrip('/')}/{decoded}"
+    added, removed = ([f["path"] for f in files[kind]] for kind in ("add", "remove"))
+    return read_files(spark, location, added, schema), read_files(spark, location, removed, schema)
 
 
 def at_version(spark: SparkSession, table: TableRef, version: int) -> DataFrame:
