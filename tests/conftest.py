@@ -46,9 +46,9 @@ EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race
 
 # Modules whose tests check planning, metadata and messages through a table: on every catalog
 # kind they would repeat the commit, race and fault paths that EVERY_LINE modules already prove on
-# each kind, so they run on one kind per format (ONE_KIND_PER_FORMAT); DI_EVERY_KIND=1 runs
-# them on every kind.
-ONE_KIND_PER_FORMAT_MODULES = ("test_assets", "test_checks", "test_tenant_cursors", "test_upstream_changes")
+# each kind, so they run on one kind per format (ONE_KIND_PER_FORMAT), but for a test marked
+# `every_kind`; DI_EVERY_KIND=1 runs them all on every kind.
+ONE_KIND_PER_FORMAT_MODULES = ("test_assets", "test_checks")
 ONE_KIND_PER_FORMAT = ("hadoop", "delta")
 EVERY_KIND_ENV = "DI_EVERY_KIND"
 
@@ -227,10 +227,11 @@ def _deselect(config, items, drop) -> None:
 
 
 def _beyond_one_kind_per_format(item) -> bool:
-    """A ONE_KIND_PER_FORMAT_MODULES test on a catalog kind beyond ONE_KIND_PER_FORMAT."""
+    """A ONE_KIND_PER_FORMAT_MODULES test on a catalog kind beyond ONE_KIND_PER_FORMAT, unless
+    marked `every_kind` (a commit path no EVERY_LINE module runs on each kind)."""
     kind = getattr(item, "callspec", None) and item.callspec.params.get("catalog")
     return (item.module.__name__.rsplit(".", 1)[-1] in ONE_KIND_PER_FORMAT_MODULES
-            and kind is not None and kind not in ONE_KIND_PER_FORMAT)
+            and kind is not None and kind not in ONE_KIND_PER_FORMAT and not item.get_closest_marker("every_kind"))
 
 
 def pytest_collection_modifyitems(config, items):

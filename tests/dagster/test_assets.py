@@ -18,9 +18,11 @@ from attack_support import failure_text
 from catalogs import HADOOP_ONLY, ICEBERG_ONLY
 
 pytestmark = pytest.mark.spark
-# On every catalog kind and format: what commits, heals, refuses a stale writer; the rest
-# (planning, sensors, messages, metadata) on the Hadoop catalog only (HADOOP_ONLY); Iceberg's
-# delete-file compaction on the Iceberg catalogs (ICEBERG_ONLY).
+# On one catalog kind per format (tests/conftest.py ONE_KIND_PER_FORMAT; DI_EVERY_KIND=1: on
+# every kind): what commits, heals, refuses a stale writer, whose commits the fault, race and
+# exactly-once tests prove on every kind; the two marked `every_kind` (no other module commits
+# them on each kind) on all; planning, sensors, messages, metadata on the Hadoop catalog only
+# (HADOOP_ONLY); Iceberg's delete-file compaction on the Iceberg catalogs (ICEBERG_ONLY).
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -553,6 +555,7 @@ def test_last_run_is_when_the_previous_run_committed(spark, instance, io_manager
 
 
 @ICEBERG_ONLY
+@pytest.mark.every_kind  # the compaction commit: no other module runs it on each catalog
 def test_merge_on_read_deletes_are_compacted_by_the_io_manager(spark, instance, io_manager, config_file, monkeypatch):
     from dagster_incremental.spark.iceberg import maintenance
     from dagster_incremental.spark.iceberg.local import python_write
@@ -604,6 +607,7 @@ def test_columns_carry_descriptions_from_hints_and_the_docstring(spark, instance
     }
 
 
+@pytest.mark.every_kind  # an empty replace's commit: the fault tests replace on Hadoop only
 @pytest.mark.parametrize("step", [None, "P400D"], ids=["one run", "sliced"])
 def test_a_replace_asset_whose_source_returns_nothing_empties_its_table(spark, instance, io_manager, config_file, step, catalog):
     """replace: the table holds exactly what the run loaded, also when that is nothing (as
