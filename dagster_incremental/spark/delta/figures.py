@@ -84,10 +84,9 @@ def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequenc
     the key groups `touched` names (the only rows its MERGE could change), else all rows."""
     from dagster_incremental.spark.statistics import net_counts, rows_of_groups
 
-    sides = commit_sides(spark, table, version)
-    if sides is not None:  # only the files the MERGE rewrote: no need to find the touched groups
-        counts = net_counts(*sides, keys)
-        return counts.inserted, counts.updated, counts.deleted
+    from_files = _net_of_commit_files(spark, table, version, keys)
+    if from_files is not None:  # only the files the MERGE rewrote: no need to find the touched groups
+        return from_files
     after, before = at_version(spark, table, version), at_version(spark, table, version - 1)
     if touched is not None:
         of_groups = rows_of_groups(table, *touched)
@@ -98,17 +97,29 @@ def net_change(spark: SparkSession, table: TableRef, version: int, keys: Sequenc
 
 def window_change(spark: SparkSession, table: TableRef, version: int, window: WindowReplace,
                   keys: Sequence[str]) -> tuple[int, int, int]:
-    """(inserted, updated, deleted) of the window replace `version`, from the window's rows of
-    the two versions (the live row counts from the log's file statistics)."""
-    from dagster_incremental.spark.statistics import net_counts, window_replace_counts
+    """(inserted, updated, deleted) of the window replace `version`: from the files it added and
+    removed where they hold the rows, else from the window's rows of the two versions (the live
+    row counts from the log's file statistics)."""
+    from dagster_incremental.spark.statistics import window_replace_counts
 
-    sides = commit_sides(spark, table, version)
-    if sides is not None:  # every row the commit changed is in the files it added or removed
-        counts = net_counts(*sides, keys)
-        return counts.inserted, counts.updated, counts.deleted
+    from_files = _net_of_commit_files(spark, table, version, keys)
+    if from_files is not None:  # every row the commit changed is in the files it added or removed
+        return from_files
     counts = window_replace_counts(table, at_version(spark, table, version), at_version(spark, table, version - 1),
                                    window, keys, live_rows=(row_count(spark, table, version - 1),
                                                             row_count(spark, table, version)))
+    return counts.inserted, counts.updated, counts.deleted
+
+
+def _net_of_commit_files(spark: SparkSession, table: TableRef, version: int,
+                         keys: Sequence[str]) -> tuple[int, int, int] | None:
+    """(inserted, updated, deleted) of commit `version` netted from its files (commit_sides)."""
+    from dagster_incremental.spark.statistics import net_counts
+
+    sides = commit_sides(spark, table, version)
+    if sides is None:
+        return None
+    counts = net_counts(*sides, keys)
     return counts.inserted, counts.updated, counts.deleted
 
 
