@@ -183,17 +183,21 @@ def _tree(root: int) -> set[int]:
 
 
 def _command_lines(pids: set[int]) -> dict[int, str]:
+    """Each live process's command line; an exited one not yet reaped reads as empty and is left out."""
     out = {}
     for pid in pids:
         try:
-            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
-            pass
+            continue
+        if line:
+            out[pid] = line
     return out
 
 
 def _run_watching(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, dict[int, str]]:
-    """Run `command`, reading the command line of each process of its tree every few ms."""
+    """Run `command`, reading the command line of each process of its tree every few ms; every
+    line a pid showed is kept (a shell that execs java shows two, an exited JVM none)."""
     seen: dict[int, str] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
@@ -201,7 +205,9 @@ def _run_watching(command: list[str], env: dict[str, str], cwd: Path, timeout: f
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None and time.monotonic() < deadline:
-                seen.update(_command_lines(_tree(proc.pid)))
+                for pid, line in _command_lines(_tree(proc.pid)).items():
+                    if line not in seen.get(pid, ""):
+                        seen[pid] = seen.get(pid, "") + "\n" + line
                 time.sleep(0.02)
         finally:
             left = _tree(proc.pid) - {proc.pid} if proc.poll() is None else set()
