@@ -35,14 +35,17 @@ SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "t
 # What `.ci/run` proves on the second Spark line too (`pytest -m every_line`, after the whole suite
 # on the first): the commit, race and fault paths on every catalog kind and format, the keyed
 # merges (Spark's MERGE and the local keyed merge, whose Iceberg JSON changed spelling in 1.11),
-# `Changes` chains, the cursor on every input kind, Spark's errors told by class, and the
+# `Changes` chains, the cursor on every input kind, Spark's errors told by class, Delta's own
+# reads and writes through Delta's jars of that line (test_delta: checkpoints, restores, column
+# mapping, which a Delta jar built for another patch of the line broke), and the
 # example code location's README runs (test_code_location: `python -m definitions`, `dagster asset
 # materialize` twice). Not test_example_model: it checks the example's partition plan and column
 # docs, the same on every line, and its one Spark run (about 100 s on 4.1) is a delete-insert by
 # merge_key that test_merge_strategies and test_faults already prove there.
 EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race_without_pool", "test_commit",
               "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
-              "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect")
+              "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect",
+              "test_delta")
 
 # Modules whose tests check planning, metadata and messages through a table: on every catalog
 # kind they would repeat the commit, race and fault paths that EVERY_LINE modules already prove on

@@ -55,8 +55,11 @@ LINES = {
         SparkLine("3.5", "2.12", _iceberg("3.5", "2.12", "1.10.2"), "iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
                   _delta("delta-spark_2.12", "3.3.2"), "3.3.4"),
         SparkLine("4.0", "2.13", _iceberg("4.0", "2.13", "1.10.1"), None, _delta("delta-spark_2.13", "4.0.1"), "3.4.1"),
-        # From Delta 4.1 on, the artifact names its Spark line too.
-        SparkLine("4.1", "2.13", _iceberg("4.1", "2.13", "1.12.0"), None, _delta("delta-spark_4.1_2.13", "4.1.0"),
+        # From Delta 4.1 on, the artifact names its Spark line too. Delta 4.1.0 - 4.2.0 call a
+        # Parquet schema reader constructor that Spark 4.1.2 replaced: reading a checkpoint or a
+        # column-mapped table failed with NoSuchMethodError on PySpark 4.1.2 and later. 4.4.0
+        # calls the one every 4.1 patch has.
+        SparkLine("4.1", "2.13", _iceberg("4.1", "2.13", "1.12.0"), None, _delta("delta-spark_4.1_2.13", "4.4.0"),
                   "3.4.2", PARAMETERS_BOUND_AFTER_PARSING),
     )
 }

@@ -102,7 +102,7 @@ def test_spark_41_takes_deltas_artifact_named_for_its_line(maven_repository, ins
     iceberg = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
     assert spark_conf(warehouse="/w")["spark.jars.packages"] == iceberg
     assert delta_conf({}, on_s3=True)["spark.jars.packages"] == (
-        "io.delta:delta-spark_4.1_2.13:4.1.0,io.delta:delta-storage:4.1.0,"
+        "io.delta:delta-spark_4.1_2.13:4.4.0,io.delta:delta-storage:4.4.0,"
         "org.apache.hadoop:hadoop-aws:3.4.2,software.amazon.awssdk:bundle:2.29.52")
 
 
