@@ -88,7 +88,7 @@ def test_append_chain_reads_only_the_new_rows_and_commits_the_upstream_snapshot(
     assert table(spark, io_manager, "orders_enriched", "id") == [(i,) for i in range(1, 6)]
 
 
-@LOCAL_LAKE_AND_DELTA
+@pytest.mark.parametrize("catalog", ["hadoop", "rest", "delta", "delta-s3"], indirect=True)
 def test_merge_upstream_gives_changed_and_deleted_rows_with_their_kind(spark, instance, io_manager, config_file):
     source = {i: {"id": i, "amount": 10 * i, "deleted": False} for i in range(1, 6)}
     received = []

@@ -14,12 +14,13 @@ start version's files still on disk (VACUUM deletes them a week after they left 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from urllib.parse import unquote
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError, UpstreamRewritten
-from dagster_incremental.spark.delta.data_files import plain_schema, read_files
+from dagster_incremental.spark.delta.data_files import data_file, plain_schema, read_files
 from dagster_incremental.spark.delta.log import DeltaLog, file_rows
+from dagster_incremental.spark.delta.storage import filesystem_and_path
 from dagster_incremental.spark.table_ref import TableRef
 
 _NO_ROW_CHANGE = "replace"  # Iceberg's word for a commit that rewrites files, rows unchanged
@@ -106,10 +107,21 @@ def _changed_files(table: TableRef, read: UpstreamRead) -> tuple[list[str], list
             "`delta.enableDeletionVectors` on the upstream and rewrite it (REORG TABLE ... APPLY (PURGE))."
         )
     removed = [path for path in start if path not in end]
-    folder = Path(str(table.location).removeprefix("file:"))
-    if any(not (folder / _decoded(path)).exists() for path in removed):
+    if _any_deleted(str(table.location), removed):
         raise _rewritten(table, read.start, "VACUUM deleted data files of that version")
     return [path for path in end if path not in start], removed
+
+
+def _any_deleted(location: str, paths: Sequence[str]) -> bool:
+    """Whether any of the log's `paths` is gone from the table's storage (its folder, or S3),
+    asked in one call."""
+    from pyarrow import fs
+
+    if not paths:
+        return False
+    filesystem, _ = filesystem_and_path(location)
+    found = filesystem.get_file_info([filesystem_and_path(data_file(location, p))[1] for p in paths])
+    return any(f.type == fs.FileType.NotFound for f in found)
 
 
 def _files_alone(spark, table: TableRef, read: UpstreamRead, added: Sequence[str], removed: Sequence[str]):
@@ -132,7 +144,7 @@ def _rows_of_files(frame, paths: Sequence[str]):
 
     if not paths:
         return frame.limit(0)
-    names = sorted({_decoded(p).rsplit("/", 1)[-1] for p in paths})
+    names = sorted({unquote(p).rsplit("/", 1)[-1] for p in paths})
     name = F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1)
     return frame.where(name.isin(names))
 
@@ -146,12 +158,6 @@ def _operation(log: DeltaLog, version: int) -> str:
     if not changing:
         return _NO_ROW_CHANGE
     return "append" if all(kind == "add" for kind, _ in changing) else "overwrite"
-
-
-def _decoded(path: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(path)
 
 
 def _rewritten(table: TableRef, version: int | None, why: str) -> UpstreamRewritten:
