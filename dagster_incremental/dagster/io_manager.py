@@ -90,6 +90,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         from dagster_incremental.settings.secrets import SecretsFile
 
         cfg = load_config(path)
+        remote = {"spark.remote": cfg.spark.remote} if cfg.spark.remote else {}  # PySpark's own key for it
         if not cfg.path.exists():  # only the default path may be missing (a named file must exist)
             import warnings
 
@@ -104,7 +105,7 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
         return cls(
             master=cfg.spark.master,
             app_name=cfg.spark.app_name,
-            spark_config={k: str(v) for k, v in cfg.spark.conf.items()},
+            spark_config={**remote, **{k: str(v) for k, v in cfg.spark.conf.items()}},
             table_format=cfg.destination.format,
             catalog=cfg.destination.catalog,
             namespace=cfg.destination.namespace,
@@ -207,8 +208,9 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
                 obj.spec.table, result, obj.column_descriptions,
                 replaced=obj.spec.replaces_table(obj.window)))
             return
-        refuse_connect_frame(obj, context.asset_key.to_user_string())  # before any statement reads it
-        refuse_connect_process(context.asset_key.to_user_string())
+        over_connect = self.tables.over_connect  # then a Connect DataFrame is this destination's own kind
+        refuse_connect_frame(obj, context.asset_key.to_user_string(), over_connect)  # before any statement reads it
+        refuse_connect_process(context.asset_key.to_user_string(), over_connect)
         if not is_spark_frame(obj):
             raise IncrementalConfigError(
                 f"asset {context.asset_key.to_user_string()} returned a {type(obj).__name__}; "

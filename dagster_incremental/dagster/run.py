@@ -210,7 +210,7 @@ class Runner:
         io, spec = run.io, run.spec
         try:
             staged = stage_batches(output, runs, self.settings, spec, on_first_rows=lambda: self._start_spark(run),
-                                   collect_frames_up_to=run.collect_up_to)
+                                   collect_frames_up_to=run.collect_up_to, connect_ok=io.tables.over_connect)
             frame = drop_rows_already_loaded(io, staged.data(lambda: io.spark), runs, spec)
         except (CursorRowError, PrimaryKeyMissing) as exc:  # add where the option it blames is set
             raise self.settings.located(exc) from None

@@ -133,13 +133,14 @@ def not_blank(value: str) -> str:
     return value
 
 
-def spark_connect_refused(value: str) -> str:
-    """Spark Connect: the commit's compare-and-set goes through the driver JVM in this process,
-    which a Connect session does not have; refused before anything is written."""
-    raise invalid("asks for a Spark Connect session, which this release cannot run yet (its commits go "
-                  "through the Spark driver in the Dagster process)",
-                  'remove it and set master (e.g. "local[*]" or "spark://host:7077") to run Spark here',
-                  show_value=False)  # a Connect URL may carry a token
+def spark_connect_url(value: str) -> str:
+    """A Spark Connect URL (sc://host:port). Never shown: a Connect URL may carry a token."""
+    if not value.strip().startswith("sc://"):
+        raise invalid("is not a Spark Connect URL",
+                      'use "sc://host:15002" (the token, if the server needs one, goes in secrets.toml [spark.conf] '
+                      '"spark.connect.authenticate.token"), or leave it out and set master to run Spark here',
+                      show_value=False)
+    return value.strip()
 
 
 def no_dot(value: str) -> str:

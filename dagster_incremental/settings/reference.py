@@ -33,7 +33,7 @@ SECTIONS: tuple[tuple[str, type[s.Table], str], ...] = (
 
 MEANINGS: dict[str, str] = {
     "SparkSettings.master": "the Spark master the session runs on (a cluster's URL, or local threads)",
-    "SparkSettings.remote": "a Spark Connect URL (sc://host:15002): not supported yet, refused naming this key",
+    "SparkSettings.remote": "a Spark Connect URL (sc://host:15002) instead of master (also SPARK_REMOTE): Delta destinations only; its token goes in secrets.toml",
     "SparkSettings.app_name": "the Spark application's name (Spark's UI and logs)",
     "SparkSettings.conf": "Spark settings passed verbatim; yours win over the library's (secrets go in secrets.toml)",
     "DestinationSettings.format": "the table format: Apache Iceberg, or Delta Lake",

@@ -101,9 +101,10 @@ class SparkSettings(Table):
 
     hint = "make it a table: [spark]"
     master: Annotated[Text, _hint('use a Spark master URL such as "local[*]" or "spark://host:7077"')] = "local[*]"
-    # Spark Connect ("sc://host:15002"): named so that a config written for it is refused clearly.
-    remote: Annotated[str | None, AfterValidator(check.spark_connect_refused),
-                      _hint("leave it out: Spark Connect is not supported yet")] = None
+    # Spark Connect ("sc://host:15002") instead of master: Delta destinations run over it; an
+    # Iceberg one is refused before anything is written (spark/connect.py).
+    remote: Annotated[str | None, AfterValidator(check.spark_connect_url),
+                      _hint('use a Spark Connect URL such as "sc://host:15002"')] = None
     app_name: Text = "dagster-incremental"
     conf: Annotated[Mapping[str, str], PlainValidator(spark_conf_table), FromEnv(env.read_table),
                     _hint("use a table of Spark settings whose values are strings, numbers or booleans")

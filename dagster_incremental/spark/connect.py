@@ -1,13 +1,17 @@
-"""Spark Connect, refused before anything is written: this release commits through the Spark
-driver JVM in the Dagster process (the per-run branch and its compare-and-set, Delta's commit,
-the local append's Java commit), which a Connect session or DataFrame does not have.
+"""Spark Connect: a destination whose format commits without the Spark driver in the Dagster
+process (Delta: its log is read and its compare-and-set checked by Python, every statement goes
+through the DataFrame and SQL API) runs over a Connect session when one is asked for; any other
+(Iceberg: its branch compare-and-set and local commits call Iceberg's Java API) is refused
+before anything is written.
 
-Three ways in, each refused where it enters: asking for a Connect session in the conf or the
-environment (`refuse_connect`, before a session is built); a Connect session this process
+Asked for by `[spark] remote` (which reaches the conf as "spark.remote") or SPARK_REMOTE
+(`remote_url`); the session is `connect_session`, its token from secrets.toml's [spark.conf]
+"spark.connect.authenticate.token". Refused where each way in enters: asking in the conf or
+the environment (`refuse_connect`, before a session is built); a Connect session this process
 already made (`refuse_connect_session` at the session lookup, `refuse_connect_process` at the
 batch intake: PySpark marks such a process, `marked_as_connect`); and a Connect DataFrame an
-asset hands over (`refuse_connect_frame`, the batch intake). No message shows a Connect URL: it may
-carry a token.
+asset hands over (`refuse_connect_frame`, the batch intake); the last two pass when the
+destination itself runs over Connect. No message shows a Connect URL: it may carry a token.
 """
 
 from __future__ import annotations
@@ -16,11 +20,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["connect_session_refused", "is_connect", "marked_as_connect", "refuse_connect", "refuse_connect_frame",
-           "refuse_connect_process", "refuse_connect_session"]
+__all__ = ["CONNECT_TOKEN", "NOT_SUPPORTED", "connect_session", "connect_session_refused", "is_connect",
+           "marked_as_connect", "refuse_connect", "refuse_connect_frame", "refuse_connect_process",
+           "refuse_connect_session", "remote_url"]
 
-_WHY = "(its commits go through the Spark driver in the Dagster process)"
+# Why a format cannot run over Connect (its own reason comes from its Tables: `connect_refusal`).
+NOT_SUPPORTED = "which this release cannot run yet (its commits go through the Spark driver in the Dagster process)"
+CONNECT_TOKEN = "spark.connect.authenticate.token"  # secrets.toml [spark.conf]: the server's bearer token
 _CLASSIC = 'set [spark] master, e.g. "local[*]" or "spark://host:7077"'
+# Sent to the server as the Connect session's conf: runtime SQL and Delta settings only (a static
+# one, such as the jars, is the server's own; catalog keys may hold credentials the server needs not).
+_SESSION_PREFIXES = ("spark.sql.", "spark.databricks.delta.")
+_NOT_SENT = ("spark.sql.catalog.", "spark.sql.extensions", "spark.sql.warehouse.dir")
 
 
 def is_connect(obj: Any) -> bool:
@@ -34,22 +45,52 @@ def marked_as_connect() -> bool:
     return "SPARK_CONNECT_MODE_ENABLED" in os.environ
 
 
-def refuse_connect(conf: Mapping[str, str]) -> None:
+def remote_url(conf: Mapping[str, str]) -> str | None:
+    """The Spark Connect URL asked for: [spark] remote ("spark.remote" in the conf), else SPARK_REMOTE."""
+    return (conf.get("spark.remote") or os.environ.get("SPARK_REMOTE") or "").strip() or None
+
+
+def connect_session(url: str, conf: Mapping[str, str]) -> Any:
+    """A Spark Connect session on `url` for this destination: no JVM in this process. The
+    bearer token (secrets.toml) rides in the channel, never in the server's conf or a message;
+    the conf's runtime SQL and Delta settings are set on the server's session (static ones are
+    the server's: its jars, its extensions). The process is marked as Connect, as PySpark's own
+    builder marks it, so that pyspark.sql.functions make Connect columns. One Connect session a
+    process: DataFrames an asset makes with SparkSession.builder.remote(url).getOrCreate() are
+    this session's."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    channel = DefaultChannelBuilder(url)
+    token = conf.get(CONNECT_TOKEN)
+    if token:
+        channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+    builder = ConnectSession.builder.channelBuilder(channel)
+    for key, value in conf.items():
+        if key.startswith(_SESSION_PREFIXES) and not key.startswith(_NOT_SENT):
+            builder = builder.config(key, value)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # The process's Connect session when it has one (the asset's own, whose DataFrames and temp
+    # views the statements then share), as PySpark's builder.remote(url).getOrCreate() gives it.
+    return builder.getOrCreate()
+
+
+def refuse_connect(conf: Mapping[str, str], why: str = NOT_SUPPORTED) -> None:
     """PySpark makes a Spark Connect session when SPARK_REMOTE or `spark.remote` is set, when
     `spark.api.mode` (or SPARK_API_MODE) is "connect", and in a process marked as Connect:
-    refused before a session is built."""
+    refused, for `why`, before a session is built or anything is written."""
     from dagster_incremental.errors import IncrementalConfigError
 
     api_mode = ('config.toml [spark.conf] "spark.api.mode" = "connect"', _is_connect_mode(conf.get("spark.api.mode")))
     asked = [n for n, v in (("the SPARK_REMOTE variable", os.environ.get("SPARK_REMOTE")),
-                            ('config.toml [spark.conf] "spark.remote"', conf.get("spark.remote")),
+                            ('config.toml [spark] remote (or [spark.conf] "spark.remote")', conf.get("spark.remote")),
                             api_mode,
                             ('the SPARK_API_MODE variable ("connect")', _is_connect_mode(os.environ.get("SPARK_API_MODE"))))
              if v]
     if asked:  # the URL is not shown: a Connect URL may carry a token
         raise IncrementalConfigError(
-            f"{' and '.join(asked)} asks for a Spark Connect session, which this release cannot run yet "
-            f"{_WHY}; unset it for the Dagster process and {_CLASSIC}")
+            f"{' and '.join(asked)} asks for a Spark Connect session, {why}; unset it for the Dagster "
+            f"process and {_CLASSIC}. Nothing was written.")
     if marked_as_connect():
         raise connect_session_refused()
 
@@ -60,10 +101,11 @@ def refuse_connect_session(session: Any) -> None:
         raise connect_session_refused()
 
 
-def refuse_connect_process(asset: str) -> None:
+def refuse_connect_process(asset: str, allowed: bool = False) -> None:
     """A batch was taken in a process marked as Connect (its function, or the code location,
-    made a Connect session): refused before anything is written, whatever the write would need."""
-    if marked_as_connect():
+    made a Connect session): refused before anything is written, unless the destination runs
+    over Connect itself (`allowed`)."""
+    if marked_as_connect() and not allowed:
         raise connect_session_refused(asset)
 
 
@@ -73,24 +115,28 @@ def connect_session_refused(asset: str | None = None) -> Exception:
     return IncrementalConfigError(
         (f"asset {asset!r}: " if asset else "")
         + "this process already has a Spark Connect session (made by SparkSession.builder.remote(...) "
-        f"or with spark.api.mode = \"connect\"), which this release cannot write through yet {_WHY}; "
+        "or with spark.api.mode = \"connect\"), which this destination cannot write through yet: only "
+        "Delta tables (format = \"delta\", with [spark] remote) are written over Spark Connect; "
         f"keep the Dagster process's session classic instead ({_CLASSIC}; leave SPARK_REMOTE unset). A Connect "
         "session for reading a source, made by pyspark.sql.connect.session.SparkSession.builder.remote(url)"
         ".create(), leaves the process classic. Nothing was written.")
 
 
-def refuse_connect_frame(obj: Any, asset: str) -> None:
+def refuse_connect_frame(obj: Any, asset: str, allowed: bool = False) -> None:
     """An asset handed over a Spark Connect DataFrame (made on a Spark Connect server, e.g.
-    Databricks serverless): refused before the cursor filter or any Spark statement reads it."""
+    Databricks serverless): refused before the cursor filter or any Spark statement reads it,
+    unless the destination runs over Connect itself (`allowed`)."""
     from dagster_incremental.errors import IncrementalConfigError
 
-    if not is_connect(obj):
+    if allowed or not is_connect(obj):
         return
     raise IncrementalConfigError(
-        f"asset {asset!r}: the function gave a Spark Connect DataFrame, which this release cannot write "
-        f"yet: Spark Connect is not supported {_WHY}. Build the DataFrame on a classic session instead "
-        f"({_CLASSIC}; leave SPARK_REMOTE unset), or give its rows as a pyarrow Table or pandas DataFrame "
-        "(frame.toArrow(), frame.toPandas()), which are written as today. Nothing was written.")
+        f"asset {asset!r}: the function gave a Spark Connect DataFrame, which this destination cannot write "
+        "yet: Spark Connect is not supported for it (its commits go through the Spark driver in the Dagster "
+        "process; only Delta tables, format = \"delta\" with [spark] remote, are written over Connect). Build "
+        f"the DataFrame on a classic session instead ({_CLASSIC}; leave SPARK_REMOTE unset), or give its rows "
+        "as a pyarrow Table or pandas DataFrame (frame.toArrow(), frame.toPandas()), which are written as "
+        "today. Nothing was written.")
 
 
 def _is_connect_mode(value: str | None) -> bool:

@@ -1,5 +1,7 @@
 """Spark and Iceberg failures recognised by their error class or Java exception class, never by
-message text (which changes between versions and may quote user data)."""
+message text (which changes between versions and may quote user data). Over Spark Connect the
+Java exception stays on the server: its error class comes with the error, its class names in the
+server's stack trace the error carries (`_connect_classes`)."""
 
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ def error_classes(error: BaseException) -> set[str]:
 
 
 def java_classes(error: BaseException) -> set[str]:
-    """The class names (and superclass names) of the Java exceptions behind `error`."""
-    names: set[str] = set()
+    """The class names (and superclass names) of the Java exceptions behind `error` (over Spark
+    Connect: the class of each exception in the server's chain, without superclasses)."""
+    names: set[str] = _connect_classes(error)
     for throwable in _java_chain(error):
         cls = throwable.getClass()
         while cls is not None:
@@ -85,6 +88,9 @@ def is_catalog_bad_request(error: BaseException) -> bool:
 def raised_by_sql(error: BaseException, message: str) -> bool:
     """Whether `error` comes from the statement's own `raise_error(message)`: on Spark 3.5 a
     plain java.lang.RuntimeException carrying exactly `message` (4.x: USER_RAISED_EXCEPTION)."""
+    if is_connect_error(error):  # the class and parameters the server sent
+        parameters = getattr(error, "getMessageParameters", lambda: None)() or {}
+        return _python_error_class(error) == USER_RAISED and parameters.get("errorMessage") == message
     for throwable in _java_chain(error):
         if _implements(throwable, _SPARK_THROWABLE) and throwable.getErrorClass() == USER_RAISED:
             if dict(throwable.getMessageParameters() or {}).get("errorMessage") == message:
@@ -92,6 +98,25 @@ def raised_by_sql(error: BaseException, message: str) -> bool:
         elif throwable.getClass().getName() == "java.lang.RuntimeException" and throwable.getMessage() == message:
             return True
     return False
+
+
+def is_connect_error(error: BaseException) -> bool:
+    """An error a Spark Connect server sent (pyspark.errors.exceptions.connect): no JVM behind it here."""
+    return any(cls.__module__ == "pyspark.errors.exceptions.connect" for cls in type(error).__mro__)
+
+
+def _connect_classes(error: BaseException) -> set[str]:
+    """The Java classes of a Spark Connect error and its causes, as the server's stack trace
+    names them: its first line, then each "Caused by: <class>: <message>"."""
+    if not is_connect_error(error):
+        return set()
+    trace = getattr(error, "getStackTrace", lambda: None)() or ""
+    lines = trace.splitlines()
+    names = {lines[0].strip()} if lines and " " not in lines[0].strip() else set()
+    for line in lines[1:]:
+        if line.startswith("Caused by: "):
+            names.add(line[len("Caused by: "):].split(":", 1)[0].strip())
+    return {n for n in names if n}
 
 
 def _python_error_class(error: BaseException) -> str | None:

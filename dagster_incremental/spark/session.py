@@ -10,8 +10,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-# Spark Connect's refusals (`refuse_connect` is imported from here too, as it was defined here).
-from dagster_incremental.spark.connect import refuse_connect, refuse_connect_session
+# Spark Connect's session and refusals (`refuse_connect` is imported from here too, as it was defined here).
+from dagster_incremental.spark.connect import NOT_SUPPORTED, connect_session, refuse_connect, refuse_connect_session, remote_url
 # The Iceberg runtime jar's path, where recipes and earlier releases import it from (each
 # format's session conf is its own: spark/iceberg/session_setup.py, spark/delta/session_setup.py).
 from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
@@ -19,17 +19,23 @@ from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
 __all__ = ["build_spark_session", "iceberg_runtime_jar", "note_destination", "refuse_connect"]
 
 
-def build_spark_session(conf: Mapping[str, str]):
+def build_spark_session(conf: Mapping[str, str], connect_refusal: str | None = NOT_SUPPORTED):
     """getOrCreate a SparkSession with `conf` (as dagster-pyspark's resource does); a driver JVM
     this call launches starts from the class archive, quietly (see jvm_startup), without any
-    credential on its command line (`withheld_at_start`), and ends with this process.
+    credential on its command line (`withheld_at_start`), and ends with this process. When
+    Spark Connect is asked for ([spark] remote, SPARK_REMOTE) and the destination's format runs
+    over it (`connect_refusal` None), a Connect session instead: no JVM here.
 
     Raises:
         IncrementalConfigError: the process's session already has a catalog of this name with
-            other settings (`check_catalogs`); or Spark Connect is asked for, or this process
-            already has a Connect session (spark/connect.py); nothing was changed then.
+            other settings (`check_catalogs`); or Spark Connect is asked for and refused (for
+            `connect_refusal`), or this process already has a Connect session (spark/connect.py);
+            nothing was changed then.
     """
-    refuse_connect(conf)
+    url = remote_url(conf)
+    if url is not None and connect_refusal is None:
+        return connect_session(url, conf)
+    refuse_connect(conf, connect_refusal or NOT_SUPPORTED)
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

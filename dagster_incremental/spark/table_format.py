@@ -54,6 +54,9 @@ class Tables(Protocol):
     @property
     def spark_started(self) -> bool: ...
 
+    @property
+    def over_connect(self) -> bool: ...  # the session is a Spark Connect one ([spark] remote, a format that runs over it)
+
     def start_in_background(self, spec: WriteSpec | None = None) -> None: ...
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef: ...

@@ -14,10 +14,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.committed_state import CommittedState
+from dagster_incremental.spark.connect import NOT_SUPPORTED
 from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor
 from dagster_incremental.spark.table_format import Log, Writer
 from dagster_incremental.spark.table_ref import TableRef
@@ -54,10 +55,13 @@ class DestinationSession:
     Args:
         conf: a function returning the flat Spark conf (called once, at first use: secrets are
             read then, not when the code location loads).
+        connect_refusal: why the destination's format cannot run over Spark Connect, None when
+            it can (then [spark] remote or SPARK_REMOTE make the session a Connect one).
     """
 
-    def __init__(self, conf: Callable[[], Mapping[str, str]]) -> None:
+    def __init__(self, conf: Callable[[], Mapping[str, str]], connect_refusal: str | None) -> None:
         self._conf_source = conf
+        self._connect_refusal = connect_refusal  # why the format cannot run over Spark Connect (None: it can)
         self._conf: Mapping[str, str] | None = None
         self._session: SparkSession | None = None
         self._lock = threading.Lock()
@@ -77,8 +81,23 @@ class DestinationSession:
                 if self._session is None:
                     from dagster_incremental.spark.session import build_spark_session
 
-                    self._session = build_spark_session(dict(self.conf))
+                    self._session = build_spark_session(dict(self.conf), self._connect_refusal)
         return self._session
+
+    @property
+    def over_connect(self) -> bool:
+        """Whether this destination's session is a Spark Connect one (asked for, and the format runs over it)."""
+        from dagster_incremental.spark.connect import remote_url
+
+        return self._connect_refusal is None and remote_url(self.conf) is not None
+
+    def refuse_unsupported_connect(self) -> None:
+        """Before a commit that may need no session at all (an in-process one): Spark Connect
+        asked for a format that cannot run over it is refused all the same."""
+        if not self.over_connect:
+            from dagster_incremental.spark.connect import NOT_SUPPORTED, refuse_connect
+
+            refuse_connect(self.conf, self._connect_refusal or NOT_SUPPORTED)
 
     @property
     def started(self) -> bool:
@@ -91,8 +110,8 @@ class DestinationSession:
         Not when `needless()` (a write the format commits without a JVM would only slow down)."""
         from dagster_incremental.spark.java_check import java_binary
 
-        if self._session is not None or self._starting or java_binary() is None:
-            return  # without Java, the run's own first use says what to install
+        if self._session is not None or self._starting or java_binary() is None or self.over_connect:
+            return  # without Java, the run's own first use says what to install; a Connect session starts no JVM
         if needless():
             return
         self._starting = True
@@ -116,12 +135,20 @@ class SparkTables(ABC, Generic[Now]):
     """What every format's tables answer alike (see the module's docstring); a format adds how it
     finds a table now, its writer and its history."""
 
+    # Why this format's tables cannot be written over Spark Connect (None: they can, a format says so).
+    connect_refusal: ClassVar[str | None] = NOT_SUPPORTED
+
     def __init__(self, conf: Callable[[], Mapping[str, str]]) -> None:
-        self.session = DestinationSession(conf)
+        self.session = DestinationSession(conf, self.connect_refusal)
 
     @property
     def spark(self) -> SparkSession:
         return self.session.spark
+
+    @property
+    def over_connect(self) -> bool:
+        """Whether the destination runs over Spark Connect (its batches may then be Connect DataFrames)."""
+        return self.session.over_connect
 
     @property
     def spark_started(self) -> bool:
@@ -179,6 +206,7 @@ class SparkTables(ABC, Generic[Now]):
 
     def write_frame(self, spec: WriteSpec, frame: DataFrame, run_id: str, window: WindowReplace | None) -> WriteResult:
         """A plain DataFrame asset's output: one commit, no cursor."""
+        self.session.refuse_unsupported_connect()
         with self.now(spec.table).commit_lock():
             return self.writer.write(spec, frame, commit=CommitInfo(state=None, run_id=run_id), window=window)
 
@@ -186,6 +214,7 @@ class SparkTables(ABC, Generic[Now]):
         """Commit `batch` (rows and cursor in one commit) and return what the commit did and the
         snapshot that now holds the batch's cursor: the new snapshot, or
         `batch.expected_snapshot_id` when there was nothing to commit."""
+        self.session.refuse_unsupported_connect()
         table = batch.spec.table
         now = self.now(table)
         current = refuse_stale(now, batch, asset) if batch.check_stale else None

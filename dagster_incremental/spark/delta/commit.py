@@ -44,6 +44,9 @@ _SESSION_CONF = threading.Lock()
 _CONFLICTS = ("ConcurrentTransactionException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
               "ConcurrentDeleteDeleteException", "ConcurrentWriteException", "MetadataChangedException",
               "ProtocolChangedException")
+# The same conflicts by Delta's error classes: what a Spark Connect error carries (its Java class
+# stays on the server) and what its message starts with ("[DELTA_CONCURRENT_APPEND...] ...").
+_CONFLICT_CLASSES = ("DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED")
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,13 @@ def _session_conf(spark: Any, conf: Mapping[str, str | None]) -> Iterator[None]:
 
 
 def _is_conflict(error: BaseException) -> bool:
-    """Delta refused the commit because another one came first (nothing of it was written)."""
+    """Delta refused the commit because another one came first (nothing of it was written): told
+    by the Java class's name in the error, by its error class, or (Spark Connect) by the classes
+    of the server's exceptions."""
+    from dagster_incremental.spark.errors import error_classes, java_classes
+
     text = str(error)
-    return any(name in text for name in _CONFLICTS)
+    if any(name in text for name in _CONFLICTS):
+        return True
+    named = {*error_classes(error), *(c.rsplit(".", 1)[-1] for c in java_classes(error))}
+    return any(n.startswith(_CONFLICT_CLASSES) or n in _CONFLICTS for n in named)

@@ -36,6 +36,10 @@ OPTIMIZE = "OPTIMIZE"  # a compaction: no row changes
 class DeltaTables(SparkTables["DeltaNow"]):
     """One destination's Delta tables (see the module's docstring)."""
 
+    # Over Spark Connect too: the log is read and the compare-and-set checked here, in Python;
+    # every Spark call is a DataFrame or SQL one.
+    connect_refusal = None
+
     def __init__(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> None:
         super().__init__(conf)
         scheme = warehouse.split("://", 1)[0].lower() if "://" in warehouse else ""

@@ -74,13 +74,16 @@ class DeltaWriter(BatchWriter[DeltaCommit]):
     """
 
     def __init__(self, spark: SparkSession | Callable[[], SparkSession], settings: Mapping[str, str] | None = None) -> None:
-        self._spark = spark
+        # A Spark Connect session is no pyspark.sql.SparkSession: a provider is told by being callable.
+        self._provider = spark if callable(spark) else None
+        self._spark = None if callable(spark) else spark
         self._settings = settings
 
     @property
     def spark(self) -> SparkSession:
-        if not isinstance(self._spark, SparkSession):
-            self._spark = self._spark()
+        if self._spark is None:
+            assert self._provider is not None
+            self._spark = self._provider()
         return self._spark
 
     def _setting(self, key: str, default: str) -> str:

@@ -20,12 +20,13 @@ PAGE_SIZE = 1000  # dict rows yielded one by one are grouped into pages of this 
 ROWS_PER_PARTITION = 100_000  # local rows per Spark partition (and so per data file written)
 
 
-def iterate_output(output: Any, asset: str) -> Iterator[Any]:
+def iterate_output(output: Any, asset: str, connect_ok: bool = False) -> Iterator[Any]:
     """Turn the function's result into an iterator of batches (pages, tables or frames). Where a
-    batch enters the library: a Spark Connect DataFrame is refused here, before any filter reads it."""
+    batch enters the library: a Spark Connect DataFrame is refused here, before any filter reads it
+    (unless the destination runs over Connect: `connect_ok`)."""
     if output is None:
         return iter(())
-    refuse_connect_frame(output, asset)
+    refuse_connect_frame(output, asset, connect_ok)
     if _is_batch(output):
         return iter((output,))
     if isinstance(output, Mapping):
@@ -35,13 +36,13 @@ def iterate_output(output: Any, asset: str) -> Iterator[Any]:
             return iter(())
         if all(isinstance(r, Mapping) for r in output):
             return iter((output,))
-        return _batches(iter(output), asset)
+        return _batches(iter(output), asset, connect_ok)
     if isinstance(output, Iterable) and not isinstance(output, (str, bytes)):
-        return _batches(iter(output), asset)
+        return _batches(iter(output), asset, connect_ok)
     raise DataShapeError(_not_a_row(asset, output))
 
 
-def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
+def _batches(items: Iterator[Any], asset: str, connect_ok: bool) -> Iterator[Any]:
     """Group loose dict rows into pages; pass pages and tables through; reject anything else."""
     page: list[dict] = []
     for item in items:
@@ -62,7 +63,7 @@ def _batches(items: Iterator[Any], asset: str) -> Iterator[Any]:
                 raise DataShapeError(_not_a_row(asset, bad, inside_page=True))
             yield item
         elif _is_batch(item):
-            refuse_connect_frame(item, asset)
+            refuse_connect_frame(item, asset, connect_ok)
             yield item
         else:
             raise DataShapeError(_not_a_row(asset, item))
@@ -131,7 +132,7 @@ class Staged:
 
 def stage_batches(
     output: Any, runs: Mapping[str, Any], settings: Any, spec: Any, on_first_rows: Any = None,
-    collect_frames_up_to: int = 0,
+    collect_frames_up_to: int = 0, connect_ok: bool = False,
 ) -> Staged:
     """Filter the function's output through every bound cursor and stage it for the writer.
 
@@ -141,12 +142,13 @@ def stage_batches(
     rows arrive (the caller starts Spark then, while the source is still extracting).
     collect_frames_up_to: a Spark DataFrame of at most this many rows is collected and staged
     as local rows (a transformation of an upstream's few changes: the local merge then matches
-    its keys without a Spark MERGE over the whole target).
+    its keys without a Spark MERGE over the whole target). connect_ok: the destination runs over
+    Spark Connect, so Connect DataFrames and a process marked as Connect are its own.
     """
     import pyarrow as pa
 
     from dagster_incremental.spark.local import dedup
-    batches: Iterator[Any] = iterate_output(output, settings.name)
+    batches: Iterator[Any] = iterate_output(output, settings.name, connect_ok)
     if all(_top_level_cursor(run) for run in runs.values()):
         batches = (_page_as_arrow(b) if isinstance(b, list) else b for b in batches)
     for run in runs.values():
@@ -175,7 +177,7 @@ def stage_batches(
         elif batch:
             rows.add(_page_to_arrow(batch, settings.name))
         local = True
-    refuse_connect_process(settings.name)  # the function may have made a Connect session while it ran
+    refuse_connect_process(settings.name, connect_ok)  # the function may have made a Connect session while it ran
     if not local:
         return Staged(frames=tuple(frames))
     rows.finish()
@@ -201,6 +203,11 @@ def small_frame_as_arrow(frame: Any, max_rows: int) -> Any:
     after max_rows + 1 rows); None when it is empty or larger (then it stays a Spark frame)."""
     import pyarrow as pa
 
+    from dagster_incremental.spark.connect import is_connect
+
+    if is_connect(frame):  # Arrow straight from the server (no JVM here for _collect_as_arrow)
+        table = frame.limit(max_rows + 1).toArrow()
+        return table if 0 < table.num_rows <= max_rows else None
     batches = frame.limit(max_rows + 1)._collect_as_arrow()
     rows = sum(b.num_rows for b in batches)
     if not 0 < rows <= max_rows:
@@ -292,8 +299,10 @@ def as_local(obj: Any) -> LocalRows | None:
 
 def arrow_to_spark(spark, rows: Any):
     """Local rows as a Spark DataFrame, chunk by chunk (explicit schema, no per-row Python)."""
+    from dagster_incremental.spark.connect import is_connect
     from dagster_incremental.spark.schema_evolution import spark_ready_schema, spark_schema_of_arrow
 
+    over_connect = is_connect(spark)  # no SparkContext, no RDD: partitions by row count alone
     rows = _rows(rows)
     schema = spark_ready_schema(rows.schema)
     spark_schema = spark_schema_of_arrow(schema)
@@ -303,8 +312,11 @@ def arrow_to_spark(spark, rows: Any):
         # Spark makes one partition per Arrow batch (10,000 rows): 100 tasks and 100 small files
         # for 1M rows. Partitions of ~ROWS_PER_PARTITION write the same rows 3-5x faster
         # (measured); not fewer: a local partition's rows travel inside its task.
-        wanted = max(spark.sparkContext.defaultParallelism, -(-chunk.num_rows // ROWS_PER_PARTITION))
-        part = part.coalesce(wanted) if part.rdd.getNumPartitions() > wanted else part
+        if over_connect:
+            part = part.coalesce(max(1, -(-chunk.num_rows // ROWS_PER_PARTITION)))  # never more, no shuffle
+        else:
+            wanted = max(spark.sparkContext.defaultParallelism, -(-chunk.num_rows // ROWS_PER_PARTITION))
+            part = part.coalesce(wanted) if part.rdd.getNumPartitions() > wanted else part
         frame = part if frame is None else frame.unionByName(part)
     return frame
 
