@@ -1,0 +1,167 @@
+"""One Dagster run of a Delta asset over Spark Connect, in a process fenced off from py4j.
+
+Used by tests/dagster/test_connect_delta.py. Before anything else is imported, every way PySpark
+has into a driver JVM is replaced by one that records the attempt and raises: launching the
+gateway (`launch_gateway`, where the classic SparkContext calls it), `SparkContext._jvm` and
+`_gateway`, and the classic SparkSession's `_jvm`. The run's project folder (argv[1]) holds
+config/config.toml ([spark] remote and a Delta destination, or SPARK_REMOTE in the environment),
+and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
+    asset       "orders" (unpartitioned: id, amount, updated_at) or "events" (daily partitions
+                from `start`: event_id, value, event_time)
+    disposition the write_disposition (a name or a table)
+    rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
+    frame       give the rows as a Spark Connect DataFrame (else as dict rows)
+    partition   the partition key to run (events)
+    full_refresh  run with the full refresh run config
+    hold        {"ready": path, "go": path}: once the function is called (its cursor read),
+                write `ready`, then wait until `go` exists (racing runs meet there)
+Prints one JSON line: success, the failure's message, the materialization's metadata, what the
+fence caught, the java processes this process started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+CAUGHT: list[str] = []
+
+
+class _NoJvm:
+    """A stand-in for py4j's JVM view: any use is recorded and refused."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+
+    def __getattr__(self, name: str):
+        CAUGHT.append(f"{self._where}.{name}")
+        raise AssertionError(f"py4j used over Spark Connect: {self._where}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        CAUGHT.append(self._where)
+        raise AssertionError(f"py4j used over Spark Connect: {self._where}()")
+
+
+def fence_py4j() -> None:
+    """Replace PySpark's entries into a driver JVM with ones that record and raise."""
+    import pyspark.java_gateway as gateway
+    from pyspark import SparkContext
+
+    def launch(*args, **kwargs):
+        CAUGHT.append("launch_gateway")
+        raise AssertionError("py4j used over Spark Connect: launch_gateway()")
+
+    gateway.launch_gateway = launch
+    try:
+        import pyspark.core.context as context  # PySpark 4: where SparkContext calls it from
+        context.launch_gateway = launch
+    except ImportError:
+        pass
+    SparkContext._jvm = _NoJvm("SparkContext._jvm")
+    SparkContext._gateway = _NoJvm("SparkContext._gateway")
+    from pyspark.sql.session import SparkSession  # the classic session (Connect's is its own class)
+
+    def refused(self, *value):
+        return _NoJvm("SparkSession._jvm")()
+
+    SparkSession._jvm = property(refused, refused)  # type: ignore[assignment]
+
+
+def java_children() -> list[str]:
+    """Command lines of java processes descending from this one."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            commands[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    me, found = os.getpid(), []
+    for pid, command in commands.items():
+        ancestor = parents.get(pid)
+        while ancestor and ancestor != me:
+            ancestor = parents.get(ancestor)
+        if ancestor == me and "java" in command.split(" ", 1)[0]:
+            found.append(command[:200])
+    return found
+
+
+def build_asset(run: dict):
+    import dagster as dg
+    from datetime import datetime, timezone
+
+    from dagster_incremental import Incremental, incremental, incremental_asset
+
+    def hold() -> None:
+        if run.get("hold"):
+            Path(run["hold"]["ready"]).write_text(str(os.getpid()))
+            while not Path(run["hold"]["go"]).exists():
+                time.sleep(0.05)
+
+    def as_output(rows: list[dict], schema: str):
+        if not run.get("frame"):
+            return rows
+        from pyspark.sql import SparkSession
+
+        remote = os.environ.get("SPARK_REMOTE") or os.environ["DI_CONNECT_URL"]
+        return SparkSession.builder.remote(remote).getOrCreate().createDataFrame(rows, schema)
+
+    if run["asset"] == "orders":
+        @incremental_asset(primary_key="id", write_disposition=run["disposition"], config_path="config/config.toml")
+        def orders(updated_at: Incremental = incremental("updated_at")):
+            hold()
+            rows = [{"id": i, "amount": a, "updated_at": datetime(2024, 1, d, tzinfo=timezone.utc)} for i, a, d in run["rows"]]
+            return as_output(rows, "id BIGINT, amount BIGINT, updated_at TIMESTAMP")
+        return orders
+
+    parts = dg.DailyPartitionsDefinition(start_date=run["start"], end_offset=1)
+
+    @incremental_asset(primary_key="event_id", partitions_def=parts, write_disposition=run["disposition"],
+                       config_path="config/config.toml")
+    def events(event_time: Incremental = incremental("event_time")):
+        hold()
+        rows = [{"event_id": i, "value": v, "event_time": datetime.fromisoformat(t)} for i, v, t in run["rows"]]
+        return as_output([r for r in rows if event_time.start_value <= r["event_time"] < event_time.end_value],
+                         "event_id STRING, value BIGINT, event_time TIMESTAMP")
+    return events
+
+
+def main() -> None:
+    fence_py4j()
+    os.chdir(sys.argv[1])
+    run = json.loads(sys.argv[2])
+    import dagster as dg
+
+    from dagster_incremental import SparkTableIOManager
+
+    asset = build_asset(run)
+    run_config: dict = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    if run.get("full_refresh"):
+        run_config["ops"] = {asset.op.name: {"config": {"full_refresh": True}}}
+    io = SparkTableIOManager.from_config("config/config.toml")
+    result = dg.materialize([asset], resources={"io_manager": io}, instance=dg.DagsterInstance.get(),
+                            partition_key=run.get("partition"), run_config=run_config, raise_on_error=False)
+    message = None
+    if not result.success:
+        error, parts = result.get_step_failure_events()[0].step_failure_data.error, []
+        while error is not None:  # the message and its causes: everything the user sees
+            parts.append(error.message)
+            error = error.cause
+        message = "\n".join(parts)
+    metadata = {}
+    for event in result.get_asset_materialization_events():
+        metadata = {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()
+                    if k.startswith("dagster_incremental/") or k == "dagster/row_count"}
+    print(json.dumps({"success": result.success, "message": message, "metadata": metadata, "caught": CAUGHT,
+                      "java": java_children()}, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Delta tables over Spark Connect: `[spark] remote` (or SPARK_REMOTE) with a Delta destination
+runs every disposition through a Connect session on a real server (tests/connect_server.py), with
+no py4j call and no JVM in the Dagster process: each run is a process of its own
+(tests/connect_delta_runner.py) whose entries into py4j record and raise, and which reports the
+java processes it started. What is checked is what a user sees: the table's rows (read by
+delta-rs), the cursor its commit carries, the materialization's metadata, the errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
+
+RUNNER = Path(__file__).resolve().parents[1] / "connect_delta_runner.py"
+UPSERT = {"disposition": "merge", "strategy": "upsert"}
+DELETE_INSERT = {"disposition": "merge", "strategy": "delete-insert"}
+
+
+def project(tmp_path: Path, url: str | None, name: str = "p") -> Path:
+    """A project folder: config/config.toml naming the server in [spark] remote (None: SPARK_REMOTE
+    will) and a Delta destination in the folder's warehouse; its Dagster instance beside it."""
+    folder = tmp_path / name
+    (folder / "config").mkdir(parents=True)
+    (folder / "home").mkdir()
+    remote = f'remote = "{url}"\n' if url else ""
+    (folder / "config" / "config.toml").write_text(
+        f'[spark]\n{remote}\n[destination]\nformat = "delta"\ncatalog = "lake"\nnamespace = "cd"\n'
+        f'warehouse = "{folder / "warehouse"}"\n')
+    return folder
+
+
+def start(folder: Path, url: str, env: dict | None = None, **run) -> subprocess.Popen:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_API_MODE")}
+    tests = str(RUNNER.parent)
+    environ.update(DAGSTER_HOME=str(folder / "home"), DI_CONNECT_URL=url,
+                   PYTHONPATH=os.pathsep.join([str(RUNNER.parents[1]), tests, environ.get("PYTHONPATH", "")]),
+                   **(env or {}))
+    return subprocess.Popen([sys.executable, str(RUNNER), str(folder), json.dumps(run)], env=environ,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-4000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["caught"] == [], f"py4j was used: {seen['caught']}"
+    assert seen["java"] == [], f"the run's process started a JVM: {seen['java']}"
+    return seen
+
+
+def run(folder: Path, url: str, env: dict | None = None, **run) -> dict:
+    return finish(start(folder, url, env, **run))
+
+
+def table(folder: Path, name: str, key: str = "id") -> list[dict]:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(folder / "warehouse" / "cd" / name)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: r[key])
+
+
+def committed(folder: Path, name: str, scope: str | None = None):
+    """The cursor the table's newest cursor-carrying commit holds (read from its log)."""
+    from dagster_incremental.spark.delta.log import DeltaLog
+
+    return DeltaLog(str(folder / "warehouse" / "cd" / name)).committed_cursor(scope)
+
+
+def versions(folder: Path, name: str) -> list[int]:
+    from dagster_incremental.spark.delta.log import DeltaLog
+
+    return DeltaLog(str(folder / "warehouse" / "cd" / name)).versions()
+
+
+def ids_amounts(rows: list[dict]) -> list[tuple[int, int]]:
+    return [(r["id"], r["amount"]) for r in rows]
+
+
+@pytest.mark.parametrize("frame", [True, False], ids=["connect-frame", "dict-rows"])
+def test_append_upsert_and_delete_insert_run_over_connect_without_a_jvm(frame, connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    first = run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 2]], frame=frame)
+    assert first["success"], first["message"]
+    second = run(folder, url, asset="orders", disposition=UPSERT, rows=[[2, 21, 3], [3, 30, 3]], frame=frame)
+    assert second["success"], second["message"]
+    assert ids_amounts(table(folder, "orders")) == [(1, 10), (2, 21), (3, 30)]
+    meta = second["metadata"]
+    assert meta["dagster_incremental/state"]["last_value"] == "2024-01-03T00:00:00Z"
+    assert (meta["dagster_incremental/rows_inserted"], meta["dagster_incremental/rows_updated"]) == (1, 1)
+    assert meta["dagster/row_count"] == 3 and meta["dagster_incremental/mode"] == "incremental"
+    held = committed(folder, "orders")
+    assert held is not None and held.state["last_value"] == "2024-01-03T00:00:00Z"
+
+    appended = project(tmp_path, url, "append")
+    for rows in ([[1, 10, 1]], [[2, 20, 2], [3, 30, 2]]):
+        assert run(appended, url, asset="orders", disposition="append", rows=rows, frame=frame)["success"]
+    assert ids_amounts(table(appended, "orders")) == [(1, 10), (2, 20), (3, 30)]
+
+    keyed = project(tmp_path, url, "delete_insert")
+    assert run(keyed, url, asset="orders", disposition=DELETE_INSERT, rows=[[1, 10, 1], [2, 20, 1]], frame=frame)["success"]
+    again = run(keyed, url, asset="orders", disposition=DELETE_INSERT, rows=[[2, 22, 2], [4, 40, 2]], frame=frame)
+    assert again["success"], again["message"]
+    assert ids_amounts(table(keyed, "orders")) == [(1, 10), (2, 22), (4, 40)]
+    assert again["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"
+
+
+def test_spark_remote_in_the_environment_runs_a_delta_destination_over_connect(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, None)  # no [spark] remote: PySpark's SPARK_REMOTE asks for Connect
+    seen = run(folder, url, env={"SPARK_REMOTE": url}, asset="orders", disposition=DELETE_INSERT,
+               rows=[[1, 10, 1], [2, 20, 2]], frame=True)
+    assert seen["success"], seen["message"]
+    assert ids_amounts(table(folder, "orders")) == [(1, 10), (2, 20)]
+
+
+def test_a_partition_backfill_loads_its_window_and_leaves_the_live_cursor(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    days = [today - timedelta(days=d) for d in (2, 1, 0)]
+    source = [[f"e{d}-{h}", d * 10 + h, (day + timedelta(minutes=h)).isoformat()] for d, day in enumerate(days) for h in (1, 2)]
+    keys = [d.strftime("%Y-%m-%d") for d in days]
+    common = dict(asset="events", disposition={"disposition": "merge"}, start=keys[0])
+
+    live = run(folder, url, rows=source, partition=keys[2], **common)
+    assert live["success"], live["message"]
+    live_cursor = committed(folder, "events", live["metadata"].get("dagster_incremental/scope"))
+    assert live["metadata"]["dagster_incremental/mode"] == "incremental"
+
+    backfill = run(folder, url, rows=[r for r in source if r[0] != "e1-1"] + [["e1-3", 99, (days[1] + timedelta(minutes=3)).isoformat()]],
+                   partition=keys[1], **common)
+    assert backfill["success"], backfill["message"]
+    assert backfill["metadata"]["dagster_incremental/mode"] == "backfill"
+    ids = [r["event_id"] for r in table(folder, "events", "event_id")]
+    assert ids == ["e1-2", "e1-3", "e2-1", "e2-2"]  # the window's rows, and only those, loaded
+    after = committed(folder, "events", live["metadata"].get("dagster_incremental/scope"))
+    assert after is not None and live_cursor is not None and after.state == live_cursor.state  # not moved
+    assert after.snapshot_id == live_cursor.snapshot_id
+
+
+def test_a_full_refresh_replaces_the_table_and_resets_the_cursor(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    assert run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 5], [2, 20, 6]], frame=True)["success"]
+    refreshed = run(folder, url, asset="orders", disposition=UPSERT, rows=[[7, 70, 2]], frame=True, full_refresh=True)
+    assert refreshed["success"], refreshed["message"]
+    assert ids_amounts(table(folder, "orders")) == [(7, 70)]
+    assert refreshed["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"  # back, not max
+    assert committed(folder, "orders").state["last_value"] == "2024-01-02T00:00:00Z"
+
+
+def _held(folder: Path, url: str, tag: str, rows: list, frame: bool = True) -> tuple[subprocess.Popen, Path, Path]:
+    ready, go = folder / f"ready-{tag}", folder / f"go-{tag}"
+    process = start(folder, url, asset="orders", disposition=UPSERT, rows=rows, frame=frame,
+                    hold={"ready": str(ready), "go": str(go)})
+    return process, ready, go
+
+
+def _wait_for(path: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 240
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path.name} never came"
+        time.sleep(0.1)
+
+
+def test_a_run_whose_cursor_went_stale_writes_nothing(connect_server, tmp_path):
+    """Run A reads its cursor, then run B commits; A's commit is refused and writes nothing."""
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    assert run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
+    slow, ready, go = _held(folder, url, "a", [[2, 20, 2]])
+    _wait_for(ready, slow)
+    fast = run(folder, url, asset="orders", disposition=UPSERT, rows=[[3, 30, 3]], frame=True)
+    assert fast["success"], fast["message"]
+    go.write_text("")
+    stale = finish(slow)
+    assert not stale["success"]
+    assert "another run" in stale["message"] and "wrote nothing" in stale["message"]
+    assert ids_amounts(table(folder, "orders")) == [(1, 10), (3, 30)]
+    assert committed(folder, "orders").state["last_value"] == "2024-01-03T00:00:00Z"
+
+
+def test_of_two_racing_runs_one_commits_and_the_other_writes_nothing(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    assert run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
+    before = versions(folder, "orders")
+    racers = [_held(folder, url, tag, [[2, 20, 2], [3, 30, 2]]) for tag in ("a", "b")]
+    for process, ready, _ in racers:
+        _wait_for(ready, process)
+    for _, _, go in racers:  # both read the same cursor: released together
+        go.write_text("")
+    seen = [finish(process) for process, _, _ in racers]
+    assert sorted(s["success"] for s in seen) == [False, True], [s["message"] for s in seen]
+    loser = next(s for s in seen if not s["success"])
+    assert "wrote nothing" in loser["message"]
+    assert ids_amounts(table(folder, "orders")) == [(1, 10), (2, 20), (3, 30)]  # one copy
+    assert len(versions(folder, "orders")) == len(before) + 1  # one commit
+    assert committed(folder, "orders").state["last_value"] == "2024-01-02T00:00:00Z"
+
+
+def test_iceberg_over_connect_is_refused_naming_iceberg_and_nothing_is_written(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    config = folder / "config" / "config.toml"
+    config.write_text(config.read_text().replace('format = "delta"', 'format = "iceberg"'))
+    seen = run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=False)
+    assert not seen["success"]
+    message = seen["message"]
+    assert "Iceberg tables cannot be written through yet" in message and 'Delta tables can (format = "delta")' in message
+    assert "[spark] remote" in message and "Nothing was written" in message
+    assert url not in message and "127.0.0.1" not in message  # never the URL: it may carry a token
+    assert not (folder / "warehouse").exists() or not any((folder / "warehouse").rglob("*.parquet"))
