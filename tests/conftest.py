@@ -45,7 +45,7 @@ SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "t
 EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race_without_pool", "test_commit",
               "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
               "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect",
-              "test_delta")
+              "test_delta", "test_connect_delta")
 
 # Modules whose tests check planning, metadata and messages through a table: on every catalog
 # kind they would repeat the commit, race and fault paths that EVERY_LINE modules already prove on

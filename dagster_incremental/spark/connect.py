@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CONNECT_TOKEN", "NOT_SUPPORTED", "connect_session", "connect_session_refused", "is_connect",
+__all__ = ["CONNECT_TOKEN", "NOT_SUPPORTED", "connect_channel", "connect_session", "connect_session_refused", "is_connect",
            "marked_as_connect", "refuse_connect", "refuse_connect_frame", "refuse_connect_process",
            "refuse_connect_session", "remote_url"]
 
@@ -58,14 +58,9 @@ def connect_session(url: str, conf: Mapping[str, str]) -> Any:
     builder marks it, so that pyspark.sql.functions make Connect columns. One Connect session a
     process: DataFrames an asset makes with SparkSession.builder.remote(url).getOrCreate() are
     this session's."""
-    from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    channel = DefaultChannelBuilder(url)
-    token = conf.get(CONNECT_TOKEN)
-    if token:
-        channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
-    builder = ConnectSession.builder.channelBuilder(channel)
+    builder = ConnectSession.builder.channelBuilder(connect_channel(url, conf))
     for key, value in conf.items():
         if key.startswith(_SESSION_PREFIXES) and not key.startswith(_NOT_SENT):
             builder = builder.config(key, value)
@@ -73,6 +68,18 @@ def connect_session(url: str, conf: Mapping[str, str]) -> Any:
     # The process's Connect session when it has one (the asset's own, whose DataFrames and temp
     # views the statements then share), as PySpark's builder.remote(url).getOrCreate() gives it.
     return builder.getOrCreate()
+
+
+def connect_channel(url: str, conf: Mapping[str, str]) -> Any:
+    """The gRPC channel to `url`, with the token of secrets.toml's [spark.conf] (the URL's own
+    `;token=` otherwise): a token is the channel's, never a conf the server keeps."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    channel = DefaultChannelBuilder(url)
+    token = conf.get(CONNECT_TOKEN)
+    if token:
+        channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+    return channel
 
 
 def refuse_connect(conf: Mapping[str, str], why: str = NOT_SUPPORTED) -> None:

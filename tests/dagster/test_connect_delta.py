@@ -223,3 +223,34 @@ def test_iceberg_over_connect_is_refused_naming_iceberg_and_nothing_is_written(c
     assert "[spark] remote" in message and "Nothing was written" in message
     assert url not in message and "127.0.0.1" not in message  # never the URL: it may carry a token
     assert not (folder / "warehouse").exists() or not any((folder / "warehouse").rglob("*.parquet"))
+
+
+def test_the_token_from_secrets_rides_in_the_channel_and_never_in_the_servers_conf():
+    from dagster_incremental.spark.connect import CONNECT_TOKEN, connect_channel
+
+    channel = connect_channel("sc://connect.example:15002", {CONNECT_TOKEN: "not-a-real-token", "spark.sql.x": "1"})
+    assert channel.token == "not-a-real-token" and channel.secure  # a bearer token goes over TLS
+    assert connect_channel("sc://connect.example:15002", {}).token is None
+
+
+def test_connect_errors_are_told_by_the_class_and_error_class_the_server_sent():
+    """Over Connect no Java exception is here to ask: a Delta conflict must still read as the
+    compare-and-set losing, and the window replace's own raise_error as its own."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    from dagster_incremental.spark.delta.commit import _is_conflict
+    from dagster_incremental.spark.errors import USER_RAISED, java_classes, raised_by_sql
+
+    conflict = SparkConnectGrpcException(
+        "Files were added to the root of the table by a concurrent update. Please try the operation again.",
+        errorClass="DELTA_CONCURRENT_APPEND.WITHOUT_HINT", messageParameters={"partition": "root"},
+        server_stacktrace="io.delta.exceptions.ConcurrentAppendException\n\tat io.delta.Txn.commit(Txn.scala:1)\n"
+                          "Caused by: java.lang.IllegalStateException: inner\n\tat x.y(z.scala:1)")
+    assert _is_conflict(conflict)
+    assert {"io.delta.exceptions.ConcurrentAppendException", "java.lang.IllegalStateException"} <= java_classes(conflict)
+    other = SparkConnectGrpcException("[DIVIDE_BY_ZERO] Division by zero.", errorClass="DIVIDE_BY_ZERO",
+                                      messageParameters={"config": "x"})
+    assert not _is_conflict(other) and java_classes(other) == set()
+    raised = SparkConnectGrpcException("the window's rows moved", errorClass=USER_RAISED,
+                                       messageParameters={"errorMessage": "the window's rows moved"})
+    assert raised_by_sql(raised, "the window's rows moved") and not raised_by_sql(raised, "another message")

@@ -1,6 +1,8 @@
-"""Spark Connect is not supported yet: asking for it (config.toml's [spark] remote, the
-SPARK_REMOTE variable, or "spark.remote" in [spark.conf]) is refused before any session starts,
-naming where it was asked and never showing the URL (a Connect URL may carry a token)."""
+"""Spark Connect: `[spark] remote` (or SPARK_REMOTE) runs a Delta destination over a Connect
+session (tests/dagster/test_connect_delta.py, against a real server); a destination whose format
+cannot run over it (Iceberg), or a session built without the format's say, is refused before any
+session starts, naming where it was asked and never showing the URL (a Connect URL may carry a
+token)."""
 
 from __future__ import annotations
 
@@ -13,14 +15,37 @@ from dagster_incremental.spark.session import build_spark_session
 URL = "sc://dbc.example:443/;token=dapi-not-a-real-token"
 
 
-def test_a_remote_in_config_toml_is_refused_naming_file_and_key(tmp_path):
+def test_a_remote_in_config_toml_reaches_the_io_manager_as_pysparks_own_key(tmp_path):
+    from dagster_incremental import SparkTableIOManager
+
     config = tmp_path / "config.toml"
-    config.write_text(f'[spark]\nremote = "{URL}"\n')
+    config.write_text('[spark]\nremote = "sc://connect.example:15002"\n\n[destination]\nformat = "delta"\n')
+    assert load_config(config).spark.remote == "sc://connect.example:15002"
+    io = SparkTableIOManager.from_config(config)
+    assert io.spark_config["spark.remote"] == "sc://connect.example:15002"
+
+
+def test_a_remote_that_is_not_a_connect_url_is_refused_naming_file_and_key_not_the_value(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[spark]\nremote = "https://dbc.example/?token=dapi-not-a-real-token"\n')
     with pytest.raises(IncrementalConfigError) as caught:
         load_config(config)
     text = str(caught.value)
-    assert str(config) in text and "[spark] remote" in text and "Spark Connect" in text and "(at line 2)" in text
-    assert "set master" in text and "token" not in text and "dbc.example" not in text
+    assert str(config) in text and "[spark] remote" in text and "not a Spark Connect URL" in text and "(at line 2)" in text
+    assert "sc://host:15002" in text and "spark.connect.authenticate.token" in text
+    assert "dapi-not-a-real-token" not in text and "dbc.example" not in text
+
+
+def test_an_iceberg_destination_over_connect_is_refused_naming_iceberg(monkeypatch):
+    from dagster_incremental.spark.iceberg.tables import IcebergTables
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    with pytest.raises(IncrementalConfigError) as caught:
+        build_spark_session({"spark.master": "local[1]", "spark.remote": URL}, IcebergTables.connect_refusal)
+    text = str(caught.value)
+    assert "[spark] remote" in text and "Iceberg tables cannot be written through yet" in text
+    assert 'Delta tables can (format = "delta")' in text and "Nothing was written" in text
+    assert "token" not in text and "dbc.example" not in text
 
 
 @pytest.mark.parametrize("where", ["environment", "conf"])
