@@ -60,7 +60,8 @@ def connect_session(url: str, conf: Mapping[str, str]) -> Any:
     this session's."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    builder = ConnectSession.builder.channelBuilder(connect_channel(url, conf))
+    # PySpark 4's Connect builder (the 3.5 line's type stubs lack it): typed as PySpark 4 has it.
+    builder = ConnectSession.builder.channelBuilder(connect_channel(url, conf))  # type: ignore[attr-defined, unused-ignore]
     for key, value in conf.items():
         if key.startswith(_SESSION_PREFIXES) and not key.startswith(_NOT_SENT):
             builder = builder.config(key, value)
@@ -73,7 +74,7 @@ def connect_session(url: str, conf: Mapping[str, str]) -> Any:
 def connect_channel(url: str, conf: Mapping[str, str]) -> Any:
     """The gRPC channel to `url`, with the token of secrets.toml's [spark.conf] (the URL's own
     `;token=` otherwise): a token is the channel's, never a conf the server keeps."""
-    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.client import DefaultChannelBuilder  # type: ignore[attr-defined, unused-ignore]
 
     channel = DefaultChannelBuilder(url)
     token = conf.get(CONNECT_TOKEN)
