@@ -1,4 +1,5 @@
-"""Spark Connect is not supported yet: a Connect DataFrame an asset gives (made on a Connect
+"""Spark Connect for an Iceberg destination is not supported yet (Delta's runs over it:
+tests/dagster/test_connect_delta.py): a Connect DataFrame an asset gives (made on a Connect
 server, as on Databricks serverless) is refused where it enters the library, naming the asset
 and what to do, before anything is written; the table and the Dagster cursor stay as they were.
 Against a real Connect server (tests/connect_server.py), on the Spark lines that ship one; the
