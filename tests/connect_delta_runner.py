@@ -6,8 +6,9 @@ gateway (`launch_gateway`, where the classic SparkContext calls it), `SparkConte
 `_gateway`, and the classic SparkSession's `_jvm`. The run's project folder (argv[1]) holds
 config/config.toml ([spark] remote and a Delta destination, or SPARK_REMOTE in the environment),
 and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
-    asset       "orders" (unpartitioned: id, amount, updated_at) or "events" (daily partitions
-                from `start`: event_id, value, event_time)
+    asset       "orders" (unpartitioned: id, amount, updated_at), "events" (daily partitions
+                from `start`: event_id, value, event_time) or "plain" (a plain asset's
+                DataFrame of orders, and a downstream asset reading it back)
     disposition the write_disposition (a name or a table)
     rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
     frame       give the rows as a Spark Connect DataFrame (else as dict rows)
@@ -113,6 +114,19 @@ def build_asset(run: dict):
         remote = os.environ.get("SPARK_REMOTE") or os.environ["DI_CONNECT_URL"]
         return SparkSession.builder.remote(remote).getOrCreate().createDataFrame(rows, schema)
 
+    if run["asset"] == "plain":  # a plain asset's Connect DataFrame, and a downstream reading it back
+        @dg.asset
+        def plain_orders():
+            rows = [{"id": i, "amount": a, "updated_at": datetime(2024, 1, d, tzinfo=timezone.utc)} for i, a, d in run["rows"]]
+            return as_output(rows, "id BIGINT, amount BIGINT, updated_at TIMESTAMP")
+
+        @dg.asset
+        def plain_total(context, plain_orders):
+            total = plain_orders.groupBy().sum("amount").collect()[0][0]
+            context.add_output_metadata({"read_back": type(plain_orders).__module__, "total": int(total)})
+
+        return [plain_orders, plain_total]
+
     if run["asset"] == "orders":
         @incremental_asset(primary_key="id", write_disposition=run["disposition"], config_path="config/config.toml")
         def orders(updated_at: Incremental = incremental("updated_at")):
@@ -141,12 +155,13 @@ def main() -> None:
 
     from dagster_incremental import SparkTableIOManager
 
-    asset = build_asset(run)
+    built = build_asset(run)
+    assets = built if isinstance(built, list) else [built]
     run_config: dict = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     if run.get("full_refresh"):
-        run_config["ops"] = {asset.op.name: {"config": {"full_refresh": True}}}
+        run_config["ops"] = {assets[0].op.name: {"config": {"full_refresh": True}}}
     io = SparkTableIOManager.from_config("config/config.toml")
-    result = dg.materialize([asset], resources={"io_manager": io}, instance=dg.DagsterInstance.get(),
+    result = dg.materialize(assets, resources={"io_manager": io}, instance=dg.DagsterInstance.get(),
                             partition_key=run.get("partition"), run_config=run_config, raise_on_error=False)
     message = None
     if not result.success:
@@ -157,8 +172,8 @@ def main() -> None:
         message = "\n".join(parts)
     metadata = {}
     for event in result.get_asset_materialization_events():
-        metadata = {k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()
-                    if k.startswith("dagster_incremental/") or k == "dagster/row_count"}
+        metadata.update({k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()
+                         if k.startswith("dagster_incremental/") or k in ("dagster/row_count", "read_back", "total")})
     print(json.dumps({"success": result.success, "message": message, "metadata": metadata, "caught": CAUGHT,
                       "java": java_children()}, default=str))
 

@@ -254,3 +254,12 @@ def test_connect_errors_are_told_by_the_class_and_error_class_the_server_sent():
     raised = SparkConnectGrpcException("the window's rows moved", errorClass=USER_RAISED,
                                        messageParameters={"errorMessage": "the window's rows moved"})
     assert raised_by_sql(raised, "the window's rows moved") and not raised_by_sql(raised, "another message")
+
+
+def test_a_plain_assets_connect_dataframe_is_written_and_read_back_downstream_over_connect(connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    seen = run(folder, url, asset="plain", rows=[[1, 10, 1], [2, 20, 2]], frame=True)
+    assert seen["success"], seen["message"]
+    assert ids_amounts(table(folder, "plain_orders")) == [(1, 10), (2, 20)]
+    assert seen["metadata"]["total"] == 30 and seen["metadata"]["read_back"].startswith("pyspark.sql.connect")
