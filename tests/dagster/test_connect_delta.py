@@ -263,3 +263,20 @@ def test_a_plain_assets_connect_dataframe_is_written_and_read_back_downstream_ov
     assert seen["success"], seen["message"]
     assert ids_amounts(table(folder, "plain_orders")) == [(1, 10), (2, 20)]
     assert seen["metadata"]["total"] == 30 and seen["metadata"]["read_back"].startswith("pyspark.sql.connect")
+
+
+@pytest.mark.parametrize("disposition", ["replace", {"disposition": "merge", "strategy": "scd2"}], ids=["replace", "scd2"])
+def test_replace_and_scd2_run_over_connect(disposition, connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    assert run(folder, url, asset="orders", disposition=disposition, rows=[[1, 10, 1], [2, 20, 1]], frame=True)["success"]
+    second = run(folder, url, asset="orders", disposition=disposition, rows=[[2, 21, 2]], frame=True)
+    assert second["success"], second["message"]
+    rows = table(folder, "orders")
+    if disposition == "replace":
+        assert ids_amounts(rows) == [(2, 21)]
+    else:  # a full snapshot: id 2's old version closed and its new one current, id 1 (absent) retired
+        current = sorted((r["id"], r["amount"]) for r in rows if r["_valid_to"] is None)
+        closed = sorted((r["id"], r["amount"]) for r in rows if r["_valid_to"] is not None)
+        assert current == [(2, 21)] and closed == [(1, 10), (2, 20)]
+    assert second["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"
