@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from dagster_incremental.errors import ConcurrentRunError
 from dagster_incremental.spark.committed_state import CommittedState
@@ -136,7 +136,7 @@ class SparkTables(ABC, Generic[Now]):
     finds a table now, its writer and its history."""
 
     # Why this format's tables cannot be written over Spark Connect (None: they can, a format says so).
-    connect_refusal: ClassVar[str | None] = NOT_SUPPORTED
+    connect_refusal: str | None = NOT_SUPPORTED
 
     def __init__(self, conf: Callable[[], Mapping[str, str]]) -> None:
         self.session = DestinationSession(conf, self.connect_refusal)
