@@ -37,7 +37,8 @@ SLOW_FIRST = ("test_race_without_pool", "test_cluster", "test_example_model", "t
 # merges (Spark's MERGE and the local keyed merge, whose Iceberg JSON changed spelling in 1.11),
 # `Changes` chains, the cursor on every input kind, Spark's errors told by class, Delta's own
 # reads and writes through Delta's jars of that line (test_delta: checkpoints, restores, column
-# mapping, which a Delta jar built for another patch of the line broke), and the
+# mapping, which a Delta jar built for another patch of the line broke), Delta written over a
+# Spark Connect server with no JVM in the run's process (test_connect_delta), and the
 # example code location's README runs (test_code_location: `python -m definitions`, `dagster asset
 # materialize` twice). Not test_example_model: it checks the example's partition plan and column
 # docs, the same on every line, and its one Spark run (about 100 s on 4.1) is a delete-insert by
