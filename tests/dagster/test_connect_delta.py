@@ -63,9 +63,9 @@ def run(folder: Path, url: str, env: dict | None = None, **run) -> dict:
 
 
 def table(folder: Path, name: str, key: str = "id") -> list[dict]:
-    from deltalake import DeltaTable
+    from catalogs import delta_rs_rows
 
-    rows = DeltaTable(str(folder / "warehouse" / "cd" / name)).to_pyarrow_table().to_pylist()
+    rows = delta_rs_rows(str(folder / "warehouse" / "cd" / name)).to_pylist()
     return sorted(rows, key=lambda r: r[key])
 
 
