@@ -182,7 +182,25 @@ def _tree(root: int) -> set[int]:
     return tree
 
 
-def _command_lines(pids: set[int]) -> dict[int, str]:
+Process = tuple[int, str]  # (pid, start time): a pid alone may name another process later
+
+
+def _started(pid: int) -> tuple[str, str] | None:
+    """(state, start time in clock ticks) of `pid` from /proc, None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], fields[19]
+
+
+def _running(process: Process) -> bool:
+    """Whether that very process still runs (not exited, not a pid taken since by another)."""
+    now = _started(process[0])
+    return now is not None and now[0] != "Z" and now[1] == process[1]
+
+
+def _command_lines(pids: set[int]) -> dict[Process, str]:
     """Each live process's command line; an exited one not yet reaped reads as empty and is left out."""
     out = {}
     for pid in pids:
@@ -190,24 +208,25 @@ def _command_lines(pids: set[int]) -> dict[int, str]:
             line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if line:
-            out[pid] = line
+        started = _started(pid)
+        if line and started is not None:
+            out[(pid, started[1])] = line
     return out
 
 
-def _run_watching(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, dict[int, str]]:
+def _run_watching(command: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, dict[Process, str]]:
     """Run `command`, reading the command line of each process of its tree every few ms; every
-    line a pid showed is kept (a shell that execs java shows two, an exited JVM none)."""
-    seen: dict[int, str] = {}
+    line a process showed is kept (a shell that execs java shows two, an exited JVM none)."""
+    seen: dict[Process, str] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 text=True, start_new_session=True)
         deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None and time.monotonic() < deadline:
-                for pid, line in _command_lines(_tree(proc.pid)).items():
-                    if line not in seen.get(pid, ""):
-                        seen[pid] = seen.get(pid, "") + "\n" + line
+                for process, line in _command_lines(_tree(proc.pid)).items():
+                    if line not in seen.get(process, ""):
+                        seen[process] = seen.get(process, "") + "\n" + line
                 time.sleep(0.02)
         finally:
             left = _tree(proc.pid) - {proc.pid} if proc.poll() is None else set()
@@ -243,14 +262,14 @@ def test_spark_secrets_reach_the_session_but_no_command_line_log_or_event_and_th
     # The driver JVM is the process that PySpark starts as `spark-class ...SparkSubmit --conf ...`
     # and that then execs java with the same conf: its line is seen under one name or the other
     # (reading a starting JVM's command line can wait until it has exited), and both carry its conf.
-    jvms = {pid for pid, line in seen.items() if "SparkSubmit" in line}
+    jvms = {process for process, line in seen.items() if "SparkSubmit" in line}
     assert jvms, "the run started no driver JVM, so it proves nothing"
-    assert not [pid for pid in jvms if Path(f"/proc/{pid}").exists()], "the driver JVM outlived its run"
+    assert not [process for process in jvms if _running(process)], "the driver JVM outlived its run"
     report = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     assert report == {"success": True, "rows": 3, "held": {"spark.sql.catalog.lake.s3.secret-access-key": True,
                                                            "spark.hadoop.fs.s3a.secret.key": True}}
     for secret in (catalog_secret, s3a_secret):
-        assert not [pid for pid, line in seen.items() if secret in line], "a secret is on a command line"
+        assert not [process for process, line in seen.items() if secret in line], "a secret is on a command line"
         assert secret not in done.stdout + done.stderr
         assert secret not in (tmp_path / "events.txt").read_text()
         stored = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "secrets.toml"
