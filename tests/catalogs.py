@@ -166,10 +166,13 @@ def to_env(catalog: Catalog | None) -> str:
 # The tests' tables hold a handful of rows: compiling each query to Java (whole-stage and
 # expression code generation) costs more than running it interpreted; the shared session and the
 # runner processes run them interpreted. Measured on tests/spark/test_scd2.py: about a third less
-# CPU (bench/README.md, Session 24).
+# CPU (bench/README.md, Session 24). Their heaps stay small, so the JVM's serial collector does
+# without the default one's concurrent threads, which compete with the other worker for the two
+# cores (Session 29: 1-5 % less time; C2, the optimising compiler, 4-9 % more).
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
 }
 
 
@@ -186,12 +189,15 @@ def session_jars() -> list[str]:
         [driver_jar()] if driver_jar() else []) + ([sqlite_jar()] if sqlite_jar() else [])
 
 
-def shared_session_conf(warehouse: str, *, master: str = "local[2]", partitions: str = "2",
+def shared_session_conf(warehouse: str, *, master: str = "local[1]", partitions: str = "1",
                         app_name: str = "dagster-incremental-tests") -> dict[str, str]:
     """The conf of a session that knows every catalog kind at once (the tests' shared session, a
     race runner's): every kind's jars, the Iceberg catalog `lake` (Hadoop, in `warehouse`), and
     Delta's extension and catalog beside Iceberg's; each other catalog's keys are set on it
-    when it is first used (the `catalog` fixture, an IO manager's session)."""
+    when it is first used (the `catalog` fixture, an IO manager's session).
+
+    One task thread and one partition: the suite's two workers already keep both cores busy, so a
+    second thread per JVM only adds tasks and files (bench/README.md, Session 29: 4 % less time)."""
     from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS
     from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
     from dagster_incremental.spark.session_conf import spark_conf

@@ -158,8 +158,7 @@ def _io_managers(kinds: dict[str, dict[str, str]]) -> dict:
 
     local = {"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
              "spark.sql.shuffle.partitions": "1", **SMALL_DATA_CONF}
-    spark = build_spark_session(shared_session_conf(os.environ["RACE_WAREHOUSE"], master="local[1]", partitions="1",
-                                                    app_name="race-runner"))
+    spark = build_spark_session(shared_session_conf(os.environ["RACE_WAREHOUSE"], app_name="race-runner"))
     ios = {}
     for kind, found in kinds.items():
         catalog, conf = runner_spark_config(found["catalog"])
