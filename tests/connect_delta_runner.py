@@ -8,7 +8,8 @@ config/config.toml ([spark] remote and a Delta destination, or SPARK_REMOTE in t
 and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
     asset       "orders" (unpartitioned: id, amount, updated_at), "events" (daily partitions
                 from `start`: event_id, value, event_time) or "plain" (a plain asset's
-                DataFrame of orders, and a downstream asset reading it back)
+                DataFrame of orders, and a downstream asset reading it back) or "chain" (orders,
+                and `orders_copy` upserting the rows of its `Changes`)
     disposition the write_disposition (a name or a table)
     rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
     frame       give the rows as a Spark Connect DataFrame (else as dict rows)
@@ -98,7 +99,7 @@ def build_asset(run: dict):
     import dagster as dg
     from datetime import datetime, timezone
 
-    from dagster_incremental import Incremental, incremental, incremental_asset
+    from dagster_incremental import Changes, Incremental, incremental, incremental_asset
 
     def hold() -> None:
         if run.get("hold"):
@@ -127,13 +128,20 @@ def build_asset(run: dict):
 
         return [plain_orders, plain_total]
 
-    if run["asset"] == "orders":
+    if run["asset"] in ("orders", "chain"):
         @incremental_asset(primary_key="id", write_disposition=run["disposition"], config_path="config/config.toml")
         def orders(updated_at: Incremental = incremental("updated_at")):
             hold()
             rows = [{"id": i, "amount": a, "updated_at": datetime(2024, 1, d, tzinfo=timezone.utc)} for i, a, d in run["rows"]]
             return as_output(rows, "id BIGINT, amount BIGINT, updated_at TIMESTAMP")
-        return orders
+        if run["asset"] == "orders":
+            return orders
+
+        @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
+                           config_path="config/config.toml")
+        def orders_copy(orders: Changes):
+            return orders.upserts()  # the rows the upstream's commits since the last run added or changed
+        return [orders, orders_copy]
 
     parts = dg.DailyPartitionsDefinition(start_date=run["start"], end_offset=1)
 

@@ -115,6 +115,25 @@ def test_append_upsert_and_delete_insert_run_over_connect_without_a_jvm(frame, c
     assert again["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"
 
 
+def test_a_changes_chain_reads_only_what_the_upstream_committed_since_over_connect(connect_server, tmp_path):
+    """A downstream asset's `Changes` of a Delta upstream, read over Connect: the first run reads
+    the whole upstream, the next only the rows its merge changed, and the downstream's commit
+    carries the upstream version read up to."""
+    url = connect_server.url
+    folder = project(tmp_path, url)
+    first = run(folder, url, asset="chain", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 1]])
+    assert first["success"], first["message"]
+    assert first["metadata"]["dagster_incremental/upstream"]["orders"]["read"] == "full"
+    second = run(folder, url, asset="chain", disposition=UPSERT, rows=[[2, 21, 2], [3, 30, 2]])
+    assert second["success"], second["message"]
+    read = second["metadata"]["dagster_incremental/upstream"]["orders"]
+    assert read["read"] == "changes" and read["snapshot_id"] == str(versions(folder, "orders")[-1])
+    assert ids_amounts(table(folder, "orders_copy")) == [(1, 10), (2, 21), (3, 30)]
+    assert second["metadata"]["dagster_incremental/rows_inserted"] == 1  # id 3; id 2 updated
+    held = committed(folder, "orders_copy")
+    assert held is not None and held.state["upstream"]["orders"]["snapshot_id"] == versions(folder, "orders")[-1]
+
+
 def test_spark_remote_in_the_environment_runs_a_delta_destination_over_connect(connect_server, tmp_path):
     url = connect_server.url
     folder = project(tmp_path, None)  # no [spark] remote: PySpark's SPARK_REMOTE asks for Connect
