@@ -189,8 +189,7 @@ def session_jars() -> list[str]:
         [driver_jar()] if driver_jar() else []) + ([sqlite_jar()] if sqlite_jar() else [])
 
 
-def shared_session_conf(warehouse: str, *, master: str = "local[1]", partitions: str = "1",
-                        app_name: str = "dagster-incremental-tests") -> dict[str, str]:
+def shared_session_conf(warehouse: str, *, app_name: str = "dagster-incremental-tests") -> dict[str, str]:
     """The conf of a session that knows every catalog kind at once (the tests' shared session, a
     race runner's): every kind's jars, the Iceberg catalog `lake` (Hadoop, in `warehouse`), and
     Delta's extension and catalog beside Iceberg's; each other catalog's keys are set on it
@@ -202,17 +201,17 @@ def shared_session_conf(warehouse: str, *, master: str = "local[1]", partitions:
     from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
     from dagster_incremental.spark.session_conf import spark_conf
 
-    return spark_conf(master=master, app_name=app_name, catalog="lake", warehouse=warehouse, conf={
+    return spark_conf(master="local[1]", app_name=app_name, catalog="lake", warehouse=warehouse, conf={
         "spark.ui.enabled": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.shuffle.partitions": partitions,
-        "spark.default.parallelism": partitions,
+        "spark.sql.shuffle.partitions": "1",
+        "spark.default.parallelism": "1",
         "spark.ui.showConsoleProgress": "false",
         "spark.jars": ",".join(session_jars()),
         "spark.sql.extensions": f"{ICEBERG_EXTENSIONS},{DELTA_EXTENSIONS}",
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-        "spark.databricks.delta.snapshotPartitions": partitions,
+        "spark.databricks.delta.snapshotPartitions": "1",
         **SMALL_DATA_CONF,
     })
 
