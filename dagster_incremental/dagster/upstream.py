@@ -135,7 +135,7 @@ class UpstreamInputs:
             table, end = io.table_name(key), parts[-1].end
             full = any(part.kind == "full" for part in parts)
             at_ms, total = changes.snapshot_facts(io.spark, table, end, rows=full) if end is not None else (None, None)
-            rows = total if full else sum(changes.rows_written(io.spark, table, part.commits, ALL_ROWS) for part in parts)
+            rows = total if full else _rows_written(changes, io.spark, table, parts)
             committed = datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc) if at_ms is not None else None
             out[name] = {
                 "table": table.display,
@@ -155,6 +155,13 @@ class UpstreamInputs:
         return dataclasses.replace(state, upstream={
             name: UpstreamPosition(c.upstream, c.end_snapshot_id, c.table_id or None) for name, c in changes.items()
         })
+
+
+def _rows_written(changes: Any, spark: Any, table: Any, parts: Sequence[UpstreamRead]) -> int | None:
+    """Rows the reads' commits added or deleted; None where a commit's files carry no row count
+    (rows_written is then past its bound: a count, not the bound, is what the metadata shows)."""
+    total = sum(changes.rows_written(spark, table, part.commits, ALL_ROWS) for part in parts)
+    return total if total <= ALL_ROWS else None
 
 
 def check_upstream_supported(inputs: UpstreamInputs, settings, sliced: str | None) -> None:
