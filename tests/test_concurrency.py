@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
@@ -26,7 +28,10 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, name: str, strategy: str, source: list[dict]):
+def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, name: str, strategy: str,
+           source: list[dict], tag: str) -> tuple[subprocess.Popen, Path, Path]:
+    """One runner process; its output goes to files, not pipes: a process blocked on a full pipe
+    that nobody reads yet would hold its asset's pool slot, and the other would wait for ever."""
     src = base / f"{name}.json"
     src.write_text(json.dumps(source))
     env = dict(os.environ)
@@ -35,8 +40,42 @@ def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, 
         FAULT_POINT="none", FAULT_WAREHOUSE=warehouse, FAULT_NAMESPACE=namespace, SPARK_LOCAL_IP="127.0.0.1",
         PYTHONPATH=str(ROOT),
     )
-    return subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = base / f"{tag}.out", base / f"{tag}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
+                                stdout=stdout, stderr=stderr)
+    return proc, out, err
+
+
+def _wait_all(started: list[tuple[subprocess.Popen, Path, Path]], instance: DagsterInstance, pools: list[str],
+              timeout: float) -> None:
+    """Wait for every runner; one still running after `timeout` s fails the test with their logs.
+
+    Dagster's pool queue (1.13, op granularity) can strand a waiting step: it checks for a free
+    slot, the other run frees its slot and assigns it to nobody, then the step queues itself
+    unassigned, and it waits until the pool's next run frees a slot. Here no next run comes, so
+    the wait does what that run would: assign the free slot once the step has waited 5 s with the
+    slot free (docs/concurrency-and-guarantees.md, "Concurrency")."""
+    deadline = time.monotonic() + timeout
+    while any(proc.poll() is None for proc, _, _ in started):
+        if time.monotonic() > deadline:
+            for proc, _, _ in started:
+                proc.kill()
+                proc.wait()
+            pytest.fail("a racing run hung:\n" + "\n".join(err.read_text()[-3000:] for _, _, err in started))
+        _assign_a_stranded_slot(instance, pools)
+        time.sleep(0.5)
+
+
+def _assign_a_stranded_slot(instance: DagsterInstance, pools: list[str]) -> None:
+    storage = instance.event_log_storage
+    now = datetime.now(timezone.utc)
+    for pool in pools:
+        info = storage.get_concurrency_info(pool)
+        stranded = [step for step in info.pending_steps if step.assigned_timestamp is None
+                    and (now - step.enqueued_timestamp).total_seconds() > 5]
+        if stranded and not info.claimed_slots and not info.assigned_step_count:
+            storage.assign_pending_steps([pool])
 
 
 STRATEGIES = ("append", "upsert")
@@ -65,8 +104,9 @@ def race(spark, spark_warehouse, tmp_path_factory):
         for asset in assets.values():
             assert materialize(asset, instance, io).success
         names = ",".join(f"c_{s}:{s}" for s in STRATEGIES)
-        procs = [_start(base, home, config, spark_warehouse, namespace, names, "", RACED) for _ in range(2)]
-        outs = [p.communicate(timeout=300) for p in procs]
+        started = [_start(base, home, config, spark_warehouse, namespace, names, "", RACED, f"run{i}") for i in range(2)]
+        _wait_all(started, instance, [f"incremental/c_{s}" for s in STRATEGIES], timeout=300)
+        outs = [(out.read_text(), err.read_text()) for _, out, err in started]
         for s in STRATEGIES:
             spark.sql(f"REFRESH TABLE {table_id(io, 'c_' + s)}")  # other processes wrote the tables
         yield instance, io, assets, feed, outs
