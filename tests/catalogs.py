@@ -255,11 +255,16 @@ def delta_catalog(warehouse: str) -> Catalog:
     return Catalog(kind="delta", name="lake", warehouse=f"{warehouse}/delta", table_format="delta")
 
 
+def s3a_settings(s3: Any) -> dict[str, str]:
+    """Hadoop S3A's keys for the tests' S3 server (path-style; the keys come from the AWS_* variables)."""
+    return {"spark.hadoop.fs.s3a.endpoint": s3.s3_endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.endpoint.region": s3.region}
+
+
 def delta_s3_catalog(s3: Any, jars: list[str]) -> Catalog:
     """Delta tables at s3a://<bucket>/delta/<namespace>/<table> on the tests' S3 server, through
-    S3A (`spark.hadoop.fs.s3a.*`, path-style; the keys come from the AWS_* variables)."""
-    conf = {"spark.hadoop.fs.s3a.endpoint": s3.s3_endpoint, "spark.hadoop.fs.s3a.path.style.access": "true",
-            "spark.hadoop.fs.s3a.endpoint.region": s3.region, "spark.jars": ",".join(jars)}
+    S3A (s3a_settings)."""
+    conf = {**s3a_settings(s3), "spark.jars": ",".join(jars)}
     return Catalog(kind="delta-s3", name="lake", warehouse=s3.bucket.replace("s3://", "s3a://") + "/delta", spark_config=conf, s3=s3,
                    table_format="delta")
 

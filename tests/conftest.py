@@ -186,13 +186,15 @@ def catalog_secrets_only_where_a_catalog_is(request, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def connect_server(spark_warehouse):
+def connect_server(spark_warehouse, s3):
     """A Spark Connect server (tests/connect_server.py) on 127.0.0.1 serving the tests' warehouse
-    (catalog `lake`, Delta beside it), started once per test session (per worker: its port picked
-    free), stopped with its JVM at the end."""
+    (catalog `lake`, Delta beside it) and the S3 server's buckets (S3A's endpoint in its own conf,
+    the keys from its environment's AWS_* variables), started once per test session (per worker:
+    its port picked free), stopped with its JVM at the end."""
+    from catalogs import s3a_settings
     from connect_server import connect_server
 
-    with connect_server(spark_warehouse) as server:
+    with connect_server(spark_warehouse, s3a_settings(s3)) as server:
         yield server
 
 

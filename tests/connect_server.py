@@ -45,6 +45,7 @@ class ConnectServer:
 
     base: Path
     warehouse: str
+    extra_conf: dict[str, str] = field(default_factory=dict)  # e.g. S3A's endpoint: the server's own settings
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -63,7 +64,7 @@ class ConnectServer:
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(self.port),
                 "spark.connect.grpc.port.maxRetries": "0",
-                "spark.port.maxRetries": "0"}
+                "spark.port.maxRetries": "0", **self.extra_conf}
 
     def env(self) -> dict[str, str]:
         """Loopback only, no conf or log4j2 file of the machine, Python workers on this interpreter."""
@@ -172,11 +173,11 @@ def client_session(url: str):
 
 
 @contextmanager
-def connect_server(warehouse: str) -> Iterator[ConnectServer]:
-    """A started server serving `warehouse`; stopped, and its folder removed, at the end. When it
-    cannot start, the error names its log, which is kept."""
+def connect_server(warehouse: str, extra_conf: dict[str, str] | None = None) -> Iterator[ConnectServer]:
+    """A started server serving `warehouse` (and whatever `extra_conf` lets it reach); stopped,
+    and its folder removed, at the end. When it cannot start, the error names its log, which is kept."""
     base = Path(tempfile.mkdtemp(prefix="di_connect_"))
-    server = ConnectServer(base=base, warehouse=warehouse)
+    server = ConnectServer(base=base, warehouse=warehouse, extra_conf=dict(extra_conf or {}))
     try:
         server.start()
     except BaseException:

@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,17 +27,34 @@ UPSERT = {"disposition": "merge", "strategy": "upsert"}
 DELETE_INSERT = {"disposition": "merge", "strategy": "delete-insert"}
 
 
-def project(tmp_path: Path, url: str | None, name: str = "p") -> Path:
+def project(tmp_path: Path, url: str | None, name: str = "p", s3=None) -> Path:
     """A project folder: config/config.toml naming the server in [spark] remote (None: SPARK_REMOTE
-    will) and a Delta destination in the folder's warehouse; its Dagster instance beside it."""
+    will) and a Delta destination in the folder's warehouse, or in a fresh prefix of the S3
+    server's bucket (`s3`: its S3A settings in [spark.conf], the keys from the AWS_* variables);
+    its Dagster instance beside it."""
+    from catalogs import s3a_settings
+
     folder = tmp_path / name
     (folder / "config").mkdir(parents=True)
     (folder / "home").mkdir()
     remote = f'remote = "{url}"\n' if url else ""
+    warehouse = f"{s3.bucket}/connect/{uuid.uuid4().hex[:8]}" if s3 else str(folder / "warehouse")
+    conf = "".join(f'"{k}" = "{v}"\n' for k, v in s3a_settings(s3).items()) if s3 else ""
     (folder / "config" / "config.toml").write_text(
-        f'[spark]\n{remote}\n[destination]\nformat = "delta"\ncatalog = "lake"\nnamespace = "cd"\n'
-        f'warehouse = "{folder / "warehouse"}"\n')
+        f'[spark]\n{remote}\n[spark.conf]\n{conf}\n[destination]\nformat = "delta"\ncatalog = "lake"\n'
+        f'namespace = "cd"\nwarehouse = "{warehouse}"\n')
     return folder
+
+
+def location(folder: Path, name: str) -> str:
+    """Where the project's table `name` is (s3a://... on S3, whose settings this process then uses)."""
+    from dagster_incremental.spark.delta.storage import S3Settings, as_s3a, on_s3, use_s3_settings
+
+    config = tomllib.loads((folder / "config" / "config.toml").read_text())
+    warehouse = config["destination"]["warehouse"]
+    if on_s3(warehouse):
+        use_s3_settings(S3Settings.from_spark_conf(config["spark"]["conf"]))
+    return f"{as_s3a(warehouse)}/cd/{name}"
 
 
 def start(folder: Path, url: str, env: dict | None = None, **run) -> subprocess.Popen:
@@ -64,8 +83,10 @@ def run(folder: Path, url: str, env: dict | None = None, **run) -> dict:
 
 def table(folder: Path, name: str, key: str = "id") -> list[dict]:
     from catalogs import delta_rs_rows
+    from dagster_incremental.spark.delta.in_process import storage_options
 
-    rows = delta_rs_rows(str(folder / "warehouse" / "cd" / name)).to_pylist()
+    where = location(folder, name)
+    rows = delta_rs_rows(where, storage_options(where)).to_pylist()
     return sorted(rows, key=lambda r: r[key])
 
 
@@ -73,23 +94,29 @@ def committed(folder: Path, name: str, scope: str | None = None):
     """The cursor the table's newest cursor-carrying commit holds (read from its log)."""
     from dagster_incremental.spark.delta.log import DeltaLog
 
-    return DeltaLog(str(folder / "warehouse" / "cd" / name)).committed_cursor(scope)
+    return DeltaLog(location(folder, name)).committed_cursor(scope)
 
 
 def versions(folder: Path, name: str) -> list[int]:
     from dagster_incremental.spark.delta.log import DeltaLog
 
-    return DeltaLog(str(folder / "warehouse" / "cd" / name)).versions()
+    return DeltaLog(location(folder, name)).versions()
 
 
 def ids_amounts(rows: list[dict]) -> list[tuple[int, int]]:
     return [(r["id"], r["amount"]) for r in rows]
 
 
-@pytest.mark.parametrize("frame", [True, False], ids=["connect-frame", "dict-rows"])
-def test_append_upsert_and_delete_insert_run_over_connect_without_a_jvm(frame, connect_server, tmp_path):
+ON_S3 = pytest.param(True, id="s3")
+IN_A_FOLDER = pytest.param(False, id="folder")
+
+
+@pytest.mark.parametrize(("frame", "on_s3"), [(True, False), (False, False), (True, True)],
+                         ids=["connect-frame", "dict-rows", "connect-frame-s3"])
+def test_append_upsert_and_delete_insert_run_over_connect_without_a_jvm(frame, on_s3, connect_server, s3, tmp_path):
     url = connect_server.url
-    folder = project(tmp_path, url)
+    bucket = s3 if on_s3 else None
+    folder = project(tmp_path, url, s3=bucket)
     first = run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 2]], frame=frame)
     assert first["success"], first["message"]
     second = run(folder, url, asset="orders", disposition=UPSERT, rows=[[2, 21, 3], [3, 30, 3]], frame=frame)
@@ -102,12 +129,12 @@ def test_append_upsert_and_delete_insert_run_over_connect_without_a_jvm(frame, c
     held = committed(folder, "orders")
     assert held is not None and held.state["last_value"] == "2024-01-03T00:00:00Z"
 
-    appended = project(tmp_path, url, "append")
+    appended = project(tmp_path, url, "append", s3=bucket)
     for rows in ([[1, 10, 1]], [[2, 20, 2], [3, 30, 2]]):
         assert run(appended, url, asset="orders", disposition="append", rows=rows, frame=frame)["success"]
     assert ids_amounts(table(appended, "orders")) == [(1, 10), (2, 20), (3, 30)]
 
-    keyed = project(tmp_path, url, "delete_insert")
+    keyed = project(tmp_path, url, "delete_insert", s3=bucket)
     assert run(keyed, url, asset="orders", disposition=DELETE_INSERT, rows=[[1, 10, 1], [2, 20, 1]], frame=frame)["success"]
     again = run(keyed, url, asset="orders", disposition=DELETE_INSERT, rows=[[2, 22, 2], [4, 40, 2]], frame=frame)
     assert again["success"], again["message"]
@@ -195,10 +222,11 @@ def _wait_for(path: Path, process: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-def test_a_run_whose_cursor_went_stale_writes_nothing(connect_server, tmp_path):
+@pytest.mark.parametrize("on_s3", [IN_A_FOLDER, ON_S3])
+def test_a_run_whose_cursor_went_stale_writes_nothing(on_s3, connect_server, s3, tmp_path):
     """Run A reads its cursor, then run B commits; A's commit is refused and writes nothing."""
     url = connect_server.url
-    folder = project(tmp_path, url)
+    folder = project(tmp_path, url, s3=s3 if on_s3 else None)
     assert run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
     slow, ready, go = _held(folder, url, "a", [[2, 20, 2]])
     _wait_for(ready, slow)
@@ -212,9 +240,10 @@ def test_a_run_whose_cursor_went_stale_writes_nothing(connect_server, tmp_path):
     assert committed(folder, "orders").state["last_value"] == "2024-01-03T00:00:00Z"
 
 
-def test_of_two_racing_runs_one_commits_and_the_other_writes_nothing(connect_server, tmp_path):
+@pytest.mark.parametrize("on_s3", [IN_A_FOLDER, ON_S3])
+def test_of_two_racing_runs_one_commits_and_the_other_writes_nothing(on_s3, connect_server, s3, tmp_path):
     url = connect_server.url
-    folder = project(tmp_path, url)
+    folder = project(tmp_path, url, s3=s3 if on_s3 else None)
     assert run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
     before = versions(folder, "orders")
     racers = [_held(folder, url, tag, [[2, 20, 2], [3, 30, 2]]) for tag in ("a", "b")]
@@ -300,3 +329,4 @@ def test_replace_and_scd2_run_over_connect(disposition, connect_server, tmp_path
         closed = sorted((r["id"], r["amount"]) for r in rows if r["_valid_to"] is not None)
         assert current == [(2, 21)] and closed == [(1, 10), (2, 20)]
     assert second["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"
+

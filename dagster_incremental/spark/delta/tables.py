@@ -31,24 +31,17 @@ if TYPE_CHECKING:
     from dagster_incremental.spark.key_check import DuplicateKeys
 
 OPTIMIZE = "OPTIMIZE"  # a compaction: no row changes
-# Delta on S3 over Connect: the server and this process would each need the bucket (its S3A jars
-# and keys there, the commit lease's keys here); not proved yet, so refused.
-S3_OVER_CONNECT = ("which Delta tables on S3 cannot be written through yet (the server and the Dagster process "
-                   "would each need the bucket's keys); Delta tables in a folder that both the server and the "
-                   "Dagster process see can")
 
 
 class DeltaTables(SparkTables["DeltaNow"]):
     """One destination's Delta tables (see the module's docstring)."""
 
-    # Over Spark Connect too: the log is read and the compare-and-set checked here, in Python;
-    # every Spark call is a DataFrame or SQL one. Not yet on S3 (set in __init__).
+    # Over Spark Connect too, in a folder or on S3: the log is read, the compare-and-set checked
+    # and the commit lease taken here, in Python; every Spark call is a DataFrame or SQL one.
     connect_refusal = None
 
     def __init__(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> None:
         scheme = warehouse.split("://", 1)[0].lower() if "://" in warehouse else ""
-        if scheme in S3_SCHEMES:
-            self.connect_refusal = S3_OVER_CONNECT
         super().__init__(conf)
         if scheme not in ("", "file", *S3_SCHEMES):
             raise IncrementalConfigError(
