@@ -17,6 +17,11 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
     full_refresh  run with the full refresh run config
     hold        {"ready": path, "go": path}: once the function is called (its cursor read),
                 write `ready`, then wait until `go` exists (racing runs meet there)
+    kill        "during-commit": SIGKILL this process `delay` s after a commit's statement
+                was sent to the server; "after-commit": once the write returned, before Dagster
+                records it
+    delay       seconds, for kill (default 0.3)
+    lease_seconds  how soon a killed run's S3 commit lease may be taken over (default: the library's)
 Prints one JSON line: success, the failure's message, the materialization's metadata, what the
 fence caught, the java processes this process started.
 """
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -155,11 +162,44 @@ def build_asset(run: dict):
     return events
 
 
+def die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm_kill(run: dict) -> None:
+    """Where `run["kill"]` says, SIGKILL this process (the library has no fault hooks: patched here)."""
+    from dagster_incremental.spark.delta import s3_lease
+    from dagster_incremental.spark.delta.commit import DeltaCommit
+    from dagster_incremental.spark.delta.writer import DeltaWriter
+
+    if run.get("lease_seconds"):
+        s3_lease.LEASE_SECONDS = float(run["lease_seconds"])
+    if run.get("kill") == "during-commit":
+        statement = DeltaCommit.run
+
+        def dying_run(self, *args, **kwargs):
+            threading.Timer(float(run.get("delay", 0.3)), die).start()
+            return statement(self, *args, **kwargs)
+
+        DeltaCommit.run = dying_run
+    elif run.get("kill") == "after-commit":
+        write = DeltaWriter.write
+
+        def write_then_die(self, *args, **kwargs):
+            write(self, *args, **kwargs)
+            die()
+
+        DeltaWriter.write = write_then_die
+
+
 def main() -> None:
     fence_py4j()
     os.chdir(sys.argv[1])
     run = json.loads(sys.argv[2])
     import dagster as dg
+
+    arm_kill(run)
 
     from dagster_incremental import SparkTableIOManager
 

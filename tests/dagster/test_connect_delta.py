@@ -330,3 +330,40 @@ def test_replace_and_scd2_run_over_connect(disposition, connect_server, tmp_path
         assert current == [(2, 21)] and closed == [(1, 10), (2, 20)]
     assert second["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-02T00:00:00Z"
 
+
+def _settled(folder: Path, name: str, quiet: float = 5.0) -> list[int]:
+    """The table's versions once its log has not grown for `quiet` s: a killed client's statement
+    may still commit on the server."""
+    seen, since = versions(folder, name), time.monotonic()
+    deadline = since + 120
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the table's log never settled"
+        time.sleep(0.5)
+        now = versions(folder, name)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    return seen
+
+
+@pytest.mark.parametrize("on_s3", [IN_A_FOLDER, ON_S3])
+@pytest.mark.parametrize("point", ["during-commit", "after-commit"])
+def test_a_run_killed_while_it_commits_is_healed_by_the_next(point, on_s3, connect_server, s3, tmp_path):
+    """SIGKILL while the server runs the commit's statement, or after it committed and before
+    Dagster recorded the run: whatever the server did with the statement, the next run loads
+    every row exactly once and its cursor is the source's newest (an append doubles any row
+    loaded twice)."""
+    url = connect_server.url
+    folder = project(tmp_path, url, s3=s3 if on_s3 else None)
+    source = [[1, 10, 1]]
+    assert run(folder, url, asset="orders", disposition="append", rows=source, frame=True)["success"]
+    source += [[2, 20, 2], [3, 30, 2]]
+    killed = start(folder, url, asset="orders", disposition="append", rows=source, frame=True, kill=point)
+    killed.communicate(timeout=300)
+    assert killed.returncode == -9, f"the run was not killed at {point}"
+    _settled(folder, "orders")  # seen here: the server commits the dead client's statement after it died
+    source += [[4, 40, 3]]
+    healed = run(folder, url, asset="orders", disposition="append", rows=source, frame=True, lease_seconds=3)
+    assert healed["success"], healed["message"]
+    assert ids_amounts(table(folder, "orders")) == [(1, 10), (2, 20), (3, 30), (4, 40)]  # each once
+    assert healed["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-03T00:00:00Z"
+    assert committed(folder, "orders").state["last_value"] == "2024-01-03T00:00:00Z"
