@@ -86,9 +86,10 @@ def workdir(prefix: str, config_toml: str = "") -> Iterator[Workdir]:
 
 
 def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 4, lake: dict | None = None,
-               table_format: str = "iceberg"):
+               table_format: str = "iceberg", remote: str | None = None):
     """The SparkTableIOManager a user would configure, on this workdir's warehouse, or on `lake`'s
-    catalog ({"catalog", "namespace", "warehouse", "spark_config"}: bench/lake.py's REST over S3)."""
+    catalog ({"catalog", "namespace", "warehouse", "spark_config"}: bench/lake.py's REST over S3);
+    over the Spark Connect server at `remote` when given."""
     from dagster_incremental import SparkTableIOManager
 
     lake = lake or {}
@@ -96,7 +97,8 @@ def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 
         master=master,
         table_format=table_format,
         app_name="dagster-incremental-bench",
-        spark_config={**spark_extra_conf(master, shuffle_partitions), **lake.get("spark_config", {})},
+        spark_config={**spark_extra_conf(master, shuffle_partitions), **lake.get("spark_config", {}),
+                      **({"spark.remote": remote} if remote else {})},
         catalog=lake.get("catalog", CATALOG),
         namespace=lake.get("namespace", NAMESPACE),
         warehouse=lake.get("warehouse", str(wd.warehouse)),
@@ -105,9 +107,12 @@ def io_manager(wd: Workdir, master: str = "local[*]", shuffle_partitions: int = 
 
 def start_spark(io) -> tuple[Any, float]:
     """Build the IO manager's session (quiet logs); returns it and the seconds it took."""
+    from dagster_incremental.spark.connect import is_connect
+
     t = time.perf_counter()
     spark = io.spark
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_connect(spark):  # a Connect session's logs are the server's
+        spark.sparkContext.setLogLevel("ERROR")
     return spark, round(time.perf_counter() - t, 3)
 
 
@@ -138,6 +143,11 @@ def _proc_status_kb(pid: int, field: str) -> int | None:
 
 
 def jvm_pid(spark) -> int | None:
+    """The pid of Spark's driver JVM when it runs beside this process (None over Connect)."""
+    from dagster_incremental.spark.connect import is_connect
+
+    if is_connect(spark):
+        return None
     try:
         return int(spark._jvm.java.lang.ProcessHandle.current().pid())
     except Exception:  # noqa: BLE001 - reporting only

@@ -49,17 +49,28 @@ initial_value = "2023-01-01T00:00:00Z"
 """
 
 
-def build_asset(config_path: str, state: dict, rows: int, changes: int, timer=None):
+def build_asset(config_path: str, state: dict, rows: int, changes: int, timer=None, spark=None):
+    """The orders asset: the run's pages as dict rows, or (`spark` given) as one DataFrame of
+    that session, the way a Spark source arrives (made from Arrow, outside the timed phases)."""
     import dagster as dg
 
     from dagster_incremental import Incremental, incremental_asset
 
     @incremental_asset(config_path=config_path)
     def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
+        if spark is not None:
+            return spark.createDataFrame(run_arrow(state["run"], rows, changes).to_pandas())
         source = pages(state["run"], rows, changes)
-        yield from (timer.timed_iter("source_pages", source) if timer else source)
+        return (timer.timed_iter("source_pages", source) if timer else source)
 
     return orders
+
+
+def run_arrow(run: int, rows: int, changes: int) -> pa.Table:
+    """One run's pages as an Arrow table, updated_at a UTC timestamp."""
+    t = pa.concat_tables(pa.Table.from_pylist(p) for p in pages(run, rows, changes))
+    stamps = pc.strptime(t["updated_at"], "%Y-%m-%dT%H:%M:%SZ", "us").cast(TS)
+    return t.set_column(t.schema.get_field_index("updated_at"), "updated_at", stamps)
 
 
 COLUMNS = ("id", "customer_id", "status", "amount", "version", "updated_at")
@@ -142,6 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
     ap.add_argument("--lake", help="a JSON file naming another catalog (bench/lake.py: REST over S3)")
     ap.add_argument("--format", choices=["iceberg", "delta"], default="iceberg", help="the tables' format")
+    ap.add_argument("--remote", help="run over this Spark Connect server (sc://host:port; Delta only)")
+    ap.add_argument("--source", choices=["rows", "frame"], default="rows",
+                    help="the asset gives dict rows (default) or a DataFrame of the IO manager's session")
     args = ap.parse_args(argv)
 
     import dagster as dg
@@ -156,10 +170,11 @@ def main(argv: list[str] | None = None) -> dict:
             os.environ["BENCH_EVENT_LOG"] = tempfile.mkdtemp(prefix="events_", dir=wd.root)
         instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
         lake = json.loads(Path(args.lake).read_text()) if args.lake else None
-        io = common.io_manager(wd, args.master, lake=lake, table_format=args.format)
+        io = common.io_manager(wd, args.master, lake=lake, table_format=args.format, remote=args.remote)
         spark, spark_start = common.start_spark(io)
         timer = None if args.no_phases else common.instrument()
-        asset = build_asset(str(wd.config), state, args.rows, args.changes, timer)
+        asset = build_asset(str(wd.config), state, args.rows, args.changes, timer,
+                            spark if args.source == "frame" else None)
         rss_before = common.py_rss_mb()
         seconds: list[float] = []
         peak_first = None
@@ -202,6 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
         record = {
             "bench": "orders",
             "engine": f"dagster-incremental+{args.format}",
+            "remote": bool(args.remote),
+            "source": args.source,
             "catalog": (lake or {}).get("catalog", common.CATALOG),
             "rows": args.rows,
             "changes": args.changes,

@@ -46,6 +46,7 @@ class ConnectServer:
     base: Path
     warehouse: str
     extra_conf: dict[str, str] = field(default_factory=dict)  # e.g. S3A's endpoint: the server's own settings
+    session_conf: dict[str, str] | None = None  # instead of the tests' shared session conf (a benchmark's)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
 
@@ -60,7 +61,10 @@ class ConnectServer:
     def conf(self) -> dict[str, str]:
         from catalogs import shared_session_conf
 
-        return {**shared_session_conf(self.warehouse, app_name="dagster-incremental-connect-server"),
+        session = self.session_conf
+        if session is None:
+            session = shared_session_conf(self.warehouse, app_name="dagster-incremental-connect-server")
+        return {**session,
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(self.port),
                 "spark.connect.grpc.port.maxRetries": "0",

@@ -1,6 +1,7 @@
-"""Delta tables over Spark Connect: `[spark] remote` (or SPARK_REMOTE) with a Delta destination
-runs every disposition through a Connect session on a real server (tests/connect_server.py), with
-no py4j call and no JVM in the Dagster process: each run is a process of its own
+"""Delta tables over Spark Connect, in a folder and on S3: `[spark] remote` (or SPARK_REMOTE) with
+a Delta destination runs every disposition through a Connect session on a real server
+(tests/connect_server.py), races and killed runs included, with no py4j call and no JVM in the
+Dagster process: each run is a process of its own
 (tests/connect_delta_runner.py) whose entries into py4j record and raise, and which reports the
 java processes it started. What is checked is what a user sees: the table's rows (read by
 delta-rs), the cursor its commit carries, the materialization's metadata, the errors.

@@ -1,0 +1,96 @@
+"""Spark Connect against classic mode: a change run into a Delta table, through a warm Connect
+server or through the Spark driver in the run's own process.
+
+Each measurement is one process of `bench.orders --format delta` (run 0 loads `--rows` orders,
+then `--runs - 1` change runs of `--changes` each, upsert on id), in classic mode (its own
+driver JVM, `local[*]`) or with `--remote` (a Spark Connect server this command starts once on
+127.0.0.1, `local[*]`, and warms with one such process first, untimed). The server and the
+classic driver get the same Spark settings (bench.common.spark_extra_conf) and the same jars.
+Two sources: `rows` (the workload's dict pages: the library appends and upserts them with
+delta-rs in the run's process in both modes) and `frame` (one DataFrame of the session, made
+from Arrow: Spark's MERGE runs on the server, or in the run's own driver). Classic and Connect
+alternate, the order reversing every repeat.
+
+    python -m bench.connect --rows 1000000 --changes 10000 --runs 4 --repeats 2
+    python -m bench.connect --rows 20000 --changes 1000 --runs 3 --repeats 1     # quick
+
+Needs PySpark 4 (its wheel ships the Connect server) and the Delta jars in the local Maven
+repository (tests/maven_jars.py). Prints ONE JSON line: every process's change-run seconds, the
+medians, and connect / classic per source (target <= 1.2), and a markdown table on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import common
+
+REPO = Path(__file__).resolve().parents[1]
+TARGET = 1.2
+SOURCES = ("rows", "frame")
+
+
+def server_conf(shuffle_partitions: int) -> dict[str, str]:
+    """The Connect server's Spark settings: the classic driver's (bench.common), Delta's."""
+    from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS, delta_jars
+
+    return {**common.spark_extra_conf("local[*]", shuffle_partitions), "spark.master": "local[*]",
+            "spark.jars": delta_jars(), "spark.sql.extensions": DELTA_EXTENSIONS,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG, "spark.sql.session.timeZone": "UTC"}
+
+
+def one_process(args: argparse.Namespace, source: str, remote: str | None) -> list[float]:
+    """The change runs' seconds of one bench.orders process."""
+    cmd = [sys.executable, "-m", "bench.orders", "--format", "delta", "--source", source, "--rows", str(args.rows),
+           "--changes", str(args.changes), "--runs", str(args.runs), "--no-phases", *(["--remote", remote] if remote else [])]
+    record, _ = common.run_json(cmd, REPO)
+    after = args.rows + (args.runs - 1) * (args.changes - args.changes // 2)  # half of each change is new ids
+    if record["table_rows"] != after:
+        raise SystemExit(f"{'connect' if remote else 'classic'} {source}: {record['table_rows']} rows, not {after}")
+    return record["seconds"][1:]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--changes", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=4, help="run 0 (the load) and runs - 1 change runs per process")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--sources", default=",".join(SOURCES))
+    args = ap.parse_args(argv)
+    sources = [s for s in args.sources.split(",") if s]
+    sys.path.insert(0, str(REPO / "tests"))  # the tests' Connect server: started, awaited and stopped the same way
+    from connect_server import ConnectServer
+
+    seconds: dict[str, list[float]] = {f"{mode}_{s}": [] for s in sources for mode in ("classic", "connect")}
+    with tempfile.TemporaryDirectory(prefix="bench_connect_") as folder:
+        server = ConnectServer(base=Path(folder), warehouse=folder, session_conf=server_conf(4)).start()
+        try:
+            one_process(args, sources[0], server.url)  # warm the server: its JIT, its first MERGE (untimed)
+            for rep in range(args.repeats):
+                for source in sources:
+                    modes = [("classic", None), ("connect", server.url)]
+                    for mode, remote in modes if rep % 2 == 0 else modes[::-1]:
+                        seconds[f"{mode}_{source}"] += one_process(args, source, remote)
+        finally:
+            server.stop()
+    median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+    ratios = {s: common.ratio(median[f"connect_{s}"], median[f"classic_{s}"]) for s in sources}
+    record = {"bench": "connect", "rows": args.rows, "changes": args.changes, "runs": args.runs, "repeats": args.repeats,
+              "seconds": seconds, "median": median, "connect_vs_classic": ratios, "target": TARGET,
+              "meets": {s: r is not None and r <= TARGET for s, r in ratios.items()}, **common.machine()}
+    common.log(common.markdown(
+        [f"change run, {args.changes:,} rows into {args.rows:,} (Delta, median of {args.repeats * (args.runs - 1)})",
+         "classic", "over Connect", "connect / classic"],
+        [[s, common.seconds(median[f"classic_{s}"]), common.seconds(median[f"connect_{s}"]),
+          f"{ratios[s]:.2f} (≤ {TARGET:g}: {'met' if record['meets'][s] else 'no'})" if ratios[s] else ""] for s in sources]))
+    common.emit(record)
+    return record
+
+
+if __name__ == "__main__":
+    main()
