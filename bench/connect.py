@@ -14,6 +14,12 @@ alternate, the order reversing every repeat.
     python -m bench.connect --rows 1000000 --changes 10000 --runs 4 --repeats 2
     python -m bench.connect --rows 20000 --changes 1000 --runs 3 --repeats 1     # quick
 
+With `--fresh` it also times what a sensor tick costs: a fresh `dagster asset materialize` process
+(bench.fresh's) whose change run (`--fresh-changes` into `--fresh-rows`) goes over the warm
+server, against dagster-iceberg's change run in a fresh process (../shared/bench's peer, in
+`--dgi-python`'s virtualenv: no JVM either); target <= 0.8. Both continue a table their own
+untimed first process loaded.
+
 Needs PySpark 4 (its wheel ships the Connect server) and the Delta jars in the local Maven
 repository (tests/maven_jars.py). Prints ONE JSON line: every process's change-run seconds, the
 medians, and connect / classic per source (target <= 1.2), and a markdown table on stderr.
@@ -31,6 +37,7 @@ from bench import common
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = 1.2
+FRESH_TARGET = 0.8
 SOURCES = ("rows", "frame")
 
 
@@ -54,6 +61,34 @@ def one_process(args: argparse.Namespace, source: str, remote: str | None) -> li
     return record["seconds"][1:]
 
 
+def fresh_change_runs(args: argparse.Namespace, url: str, rep: int) -> dict[str, float]:
+    """One fresh-process change run of ours over Connect and one of dagster-iceberg (the order
+    reversing every repeat), each after its own first run."""
+    from bench.compare import PEERS, WORKLOAD
+    from bench.fresh import materialize
+    from bench.orders import CONFIG
+
+    walls: dict[str, float] = {}
+    size = ["--rows", str(args.fresh_rows), "--changes", str(args.fresh_changes), "--runs", "1", "--workload", str(WORKLOAD)]
+    with common.workdir("bench_connect_fresh_", CONFIG) as wd:
+        wd.config.write_text(wd.config.read_text().replace('format = "iceberg"', 'format = "delta"'))
+        over = {"BENCH_FRESH_REMOTE": url, "BENCH_FRESH_FORMAT": "delta"}
+        peer = [args.dgi_python, str(Path(args.peer_dir) / PEERS["dgi"][1]), *size, "--dir", str(wd.root / "dgi")]
+        units = ["ours", "dgi"] if rep % 2 == 0 else ["dgi", "ours"]
+        for unit in units:
+            if unit == "ours":
+                materialize(wd, "orders", "0", args.fresh_rows, args.fresh_changes, over)
+                walls["ours"], rows, _ = materialize(wd, "orders", "1", args.fresh_rows, args.fresh_changes, over)
+            else:
+                common.run_json([*peer, "--first-run", "0"], REPO)
+                record, walls["dgi"] = common.run_json([*peer, "--first-run", "1"], REPO)
+                rows = record.get("table_rows")
+            after = args.fresh_rows + args.fresh_changes - args.fresh_changes // 2
+            if rows != after:
+                raise SystemExit(f"fresh {unit}: {rows} rows after the change run, not {after}")
+    return walls
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -61,12 +96,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--runs", type=int, default=4, help="run 0 (the load) and runs - 1 change runs per process")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--fresh", action="store_true", help="also time fresh-process change runs against dagster-iceberg's")
+    ap.add_argument("--fresh-rows", type=int, default=20_000)
+    ap.add_argument("--fresh-changes", type=int, default=1_000)
+    ap.add_argument("--peer-dir", default=str(REPO.parent / "shared" / "bench"))
+    ap.add_argument("--dgi-python", default="/tmp/peer-dgi/bin/python")
     args = ap.parse_args(argv)
     sources = [s for s in args.sources.split(",") if s]
     sys.path.insert(0, str(REPO / "tests"))  # the tests' Connect server: started, awaited and stopped the same way
     from connect_server import ConnectServer
 
     seconds: dict[str, list[float]] = {f"{mode}_{s}": [] for s in sources for mode in ("classic", "connect")}
+    fresh: dict[str, list[float]] = {"ours": [], "dgi": []}
     with tempfile.TemporaryDirectory(prefix="bench_connect_") as folder:
         server = ConnectServer(base=Path(folder), warehouse=folder, session_conf=server_conf(4)).start()
         try:
@@ -76,6 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
                     modes = [("classic", None), ("connect", server.url)]
                     for mode, remote in modes if rep % 2 == 0 else modes[::-1]:
                         seconds[f"{mode}_{source}"] += one_process(args, source, remote)
+                if args.fresh:
+                    for unit, wall in fresh_change_runs(args, server.url, rep).items():
+                        fresh[unit].append(wall)
         finally:
             server.stop()
     median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
@@ -83,6 +127,17 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"bench": "connect", "rows": args.rows, "changes": args.changes, "runs": args.runs, "repeats": args.repeats,
               "seconds": seconds, "median": median, "connect_vs_classic": ratios, "target": TARGET,
               "meets": {s: r is not None and r <= TARGET for s, r in ratios.items()}, **common.machine()}
+    if args.fresh:
+        fresh_median = {k: round(statistics.median(v), 3) for k, v in fresh.items()}
+        fresh_ratio = common.ratio(fresh_median["ours"], fresh_median["dgi"])
+        record |= {"fresh_seconds": fresh, "fresh_median": fresh_median, "fresh_vs_dgi": fresh_ratio,
+                   "fresh_target": FRESH_TARGET, "fresh_meets": fresh_ratio is not None and fresh_ratio <= FRESH_TARGET}
+        common.log(common.markdown(
+            [f"fresh process, change run: {args.fresh_changes:,} rows into {args.fresh_rows:,} (median of {args.repeats})",
+             "wall time", "ours / dagster-iceberg"],
+            [["ours over Connect (Delta)", common.seconds(fresh_median["ours"]),
+              f"{fresh_ratio:.2f} (≤ {FRESH_TARGET:g}: {'met' if record['fresh_meets'] else 'no'})"],
+             ["dagster-iceberg (PyArrow IO manager)", common.seconds(fresh_median["dgi"]), ""]]))
     common.log(common.markdown(
         [f"change run, {args.changes:,} rows into {args.rows:,} (Delta, median of {args.repeats * (args.runs - 1)})",
          "classic", "over Connect", "connect / classic"],

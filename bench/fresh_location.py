@@ -8,6 +8,8 @@ for one run. bench.fresh sets the environment:
   BENCH_FRESH_CONFIG     the config.toml          BENCH_FRESH_WAREHOUSE  the Iceberg warehouse
   BENCH_FRESH_RUN        the workload's run index, or "empty": the source returns nothing
   BENCH_FRESH_ROWS / BENCH_FRESH_CHANGES         the workload's sizes
+  BENCH_FRESH_FORMAT     the tables' format (default iceberg)
+  BENCH_FRESH_REMOTE     a Spark Connect server to run over (bench.connect; Delta)
 
 The in-process executor keeps the run in this one process, as a run launcher that starts one
 process per run does with it; the default multiprocess executor would start another per step.
@@ -40,7 +42,9 @@ defs = dg.Definitions(
     assets=[orders, trivial],
     resources={"io_manager": SparkTableIOManager(
         app_name="dagster-incremental-bench-fresh",
-        spark_config=common.spark_extra_conf(),
+        spark_config={**common.spark_extra_conf(),
+                      **({"spark.remote": os.environ["BENCH_FRESH_REMOTE"]} if os.environ.get("BENCH_FRESH_REMOTE") else {})},
+        table_format=os.environ.get("BENCH_FRESH_FORMAT", "iceberg"),
         catalog=common.CATALOG,
         namespace=common.NAMESPACE,
         warehouse=os.environ["BENCH_FRESH_WAREHOUSE"],
