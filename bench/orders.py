@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyspark
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,8 +59,9 @@ def build_asset(config_path: str, state: dict, rows: int, changes: int, timer=No
 
     @incremental_asset(config_path=config_path)
     def orders(context: dg.AssetExecutionContext, updated_at: Incremental):
-        if spark is not None:
-            return spark.createDataFrame(run_arrow(state["run"], rows, changes).to_pandas())
+        if spark is not None:  # PySpark 4 takes Arrow as is (pandas 3's Arrow strings trip its pandas path)
+            table = run_arrow(state["run"], rows, changes)
+            return spark.createDataFrame(table if pyspark.__version__ >= "4" else table.to_pandas())
         source = pages(state["run"], rows, changes)
         return (timer.timed_iter("source_pages", source) if timer else source)
 
