@@ -13,6 +13,8 @@ for one run. bench.fresh sets the environment:
 
 The in-process executor keeps the run in this one process, as a run launcher that starts one
 process per run does with it; the default multiprocess executor would start another per step.
+`python -m bench.fresh_location` runs `orders` with `dg.materialize` instead, as the peers' own
+scripts run theirs (no CLI, no code location to load); it prints the row count as JSON.
 """
 
 from __future__ import annotations
@@ -51,3 +53,12 @@ defs = dg.Definitions(
     )},
     executor=dg.in_process_executor,
 )
+
+
+if __name__ == "__main__":
+    import json
+
+    with dg.DagsterInstance.get() as instance:
+        result = dg.materialize([orders], instance=instance, resources=defs.resources, run_config=common.QUIET)
+        count = result.get_asset_materialization_events()[-1].materialization.metadata["dagster/row_count"].value
+    print(json.dumps({"table_rows": count}))
