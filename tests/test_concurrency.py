@@ -104,8 +104,10 @@ def race(spark, spark_warehouse, tmp_path_factory):
         for asset in assets.values():
             assert materialize(asset, instance, io).success
         names = ",".join(f"c_{s}:{s}" for s in STRATEGIES)
+        pools = [f"incremental/c_{s}" for s in STRATEGIES]
+        assert all(instance.event_log_storage.get_concurrency_info(p).slot_count == 1 for p in pools), "not the assets' pools"
         started = [_start(base, home, config, spark_warehouse, namespace, names, "", RACED, f"run{i}") for i in range(2)]
-        _wait_all(started, instance, [f"incremental/c_{s}" for s in STRATEGIES], timeout=300)
+        _wait_all(started, instance, pools, timeout=300)
         outs = [(out.read_text(), err.read_text()) for _, out, err in started]
         for s in STRATEGIES:
             spark.sql(f"REFRESH TABLE {table_id(io, 'c_' + s)}")  # other processes wrote the tables
