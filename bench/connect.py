@@ -67,7 +67,7 @@ def fresh_change_runs(args: argparse.Namespace, url: str, rep: int) -> dict[str,
     after the other, each a change run of its own; and dagster-iceberg's. Each after its own
     first run; the order reverses every repeat."""
     from bench.compare import PEERS, WORKLOAD
-    from bench.fresh import materialize
+    from bench.fresh import fresh_env, materialize
     from bench.orders import CONFIG
 
     walls: dict[str, float] = {}
@@ -82,8 +82,7 @@ def fresh_change_runs(args: argparse.Namespace, url: str, rep: int) -> dict[str,
             if kind == "cli":
                 walls["ours"], count, _ = materialize(wd, "orders", str(run), rows, changes, over)
             else:
-                env = {"BENCH_FRESH_CONFIG": str(wd.config), "BENCH_FRESH_WAREHOUSE": str(wd.warehouse),
-                       "BENCH_FRESH_RUN": str(run), "BENCH_FRESH_ROWS": str(rows), "BENCH_FRESH_CHANGES": str(changes), **over}
+                env = fresh_env(wd, str(run), rows, changes, over)
                 record, walls["ours_script"] = common.run_json([sys.executable, "-m", "bench.fresh_location"], REPO, env)
                 count = record["table_rows"]
             _expect(f"ours ({kind}) after run {run}", count, rows + run * (changes - changes // 2))

@@ -45,15 +45,21 @@ TARGETS = {"first_vs_plain": 0.8, "change_vs_dgi": 1.0, "change_vs_dlt": 1.0, "c
            "noop_vs_trivial": 1.1, "change_memory_vs_dgi": 1.2}
 
 
+def fresh_env(wd: common.Workdir, run: str, rows: int, changes: int,
+              extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """bench.fresh_location's variables for one run on this workdir."""
+    return {"BENCH_FRESH_CONFIG": str(wd.config), "BENCH_FRESH_WAREHOUSE": str(wd.warehouse),
+            "BENCH_FRESH_RUN": run, "BENCH_FRESH_ROWS": str(rows), "BENCH_FRESH_CHANGES": str(changes),
+            **(extra_env or {})}
+
+
 def materialize(wd: common.Workdir, asset: str, run: str, rows: int, changes: int,
                 extra_env: dict[str, str] | None = None) -> tuple[float, int | None, int]:
     """One `dagster asset materialize` process; its wall seconds, the asset's row count after and
     the process's peak memory (MB). `extra_env`: more of bench.fresh_location's variables."""
     import dagster as dg
 
-    env = {"BENCH_FRESH_CONFIG": str(wd.config), "BENCH_FRESH_WAREHOUSE": str(wd.warehouse),
-           "BENCH_FRESH_RUN": run, "BENCH_FRESH_ROWS": str(rows), "BENCH_FRESH_CHANGES": str(changes),
-           **(extra_env or {})}
+    env = fresh_env(wd, run, rows, changes, extra_env)
     cmd = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "bench.fresh_location",
            "--select", asset, "--config-json", json.dumps(common.QUIET)]
     record, wall = common.run_json(cmd, REPO, env)
