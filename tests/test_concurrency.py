@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timezone
@@ -20,6 +18,7 @@ import dagster as dg
 import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
+import preloaded
 from attack_support import committed_states, dagster_state, failure_text, io_manager_for, materialize, rows, source_asset, table_id, write_config
 from race_runner import assert_only_winners_committed
 
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, name: str, strategy: str,
-           source: list[dict], tag: str) -> tuple[subprocess.Popen, Path, Path]:
+           source: list[dict], tag: str) -> tuple[preloaded.Runner, Path, Path]:
     """One runner process; its output goes to files, not pipes: a process blocked on a full pipe
     that nobody reads yet would hold its asset's pool slot, and the other would wait for ever."""
     src = base / f"{name}.json"
@@ -41,13 +40,10 @@ def _start(base: Path, home: Path, config: str, warehouse: str, namespace: str, 
         PYTHONPATH=str(ROOT),
     )
     out, err = base / f"{tag}.out", base / f"{tag}.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
-                                stdout=stdout, stderr=stderr)
-    return proc, out, err
+    return preloaded.start([str(ROOT / "tests" / "fault_runner.py")], env, ROOT, out, err), out, err
 
 
-def _wait_all(started: list[tuple[subprocess.Popen, Path, Path]], instance: DagsterInstance, pools: list[str],
+def _wait_all(started: list[tuple[preloaded.Runner, Path, Path]], instance: DagsterInstance, pools: list[str],
               timeout: float) -> None:
     """Wait for every runner; one still running after `timeout` s fails the test with their logs.
 

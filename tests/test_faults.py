@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from dagster._core.instance import DagsterInstance
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
+import preloaded
 from attack_support import (
     committed_states,
     dagster_state,
@@ -275,8 +274,7 @@ def run_in_subprocess(kill_env, catalog, name: str, strategy: str, point: str, s
         FAULT_CATALOG=to_env(catalog),
         SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT),
     )
-    return subprocess.run([sys.executable, str(ROOT / "tests" / "fault_runner.py")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return preloaded.run([str(ROOT / "tests" / "fault_runner.py")], env, ROOT, timeout=300)
 
 
 @pytest.mark.parametrize("strategy, point", KILLS, ids=[f"{s}-{p}" for s, p in KILLS])

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -27,6 +25,7 @@ import dagster as dg
 import pytest
 from dagster._core.instance import DagsterInstance, InstanceRef
 
+import preloaded
 from attack_support import committed_states, dagster_state, failure_text, rows, scd2_rows, source_asset, table_id
 from catalogs import CATALOG_KINDS, ICEBERG_ONLY, assert_other_readers_agree, delta_catalog, hadoop_catalog, to_env
 from race_runner import STRATEGIES, assert_only_winners_committed, asset_name, history_commits, source_rows
@@ -122,13 +121,11 @@ def race(spark, catalog, race_window):
         yield instance, io, assets, full, window.outs_of(catalog.kind), end
 
 
-def _runner(env: dict[str, str], out: Path, err: Path) -> subprocess.Popen:
-    with out.open("w") as stdout, err.open("w") as stderr:
-        return subprocess.Popen([sys.executable, str(ROOT / "tests" / "race_runner.py")], env=env, cwd=ROOT,
-                                stdout=stdout, stderr=stderr)
+def _runner(env: dict[str, str], out: Path, err: Path) -> preloaded.Runner:
+    return preloaded.start([str(ROOT / "tests" / "race_runner.py")], env, ROOT, out, err)
 
 
-def _start_when_ready(race_dir: Path, procs: list[subprocess.Popen], errs: list[Path]) -> float:
+def _start_when_ready(race_dir: Path, procs: list[preloaded.Runner], errs: list[Path]) -> float:
     """Start the source's clock once every process has its Spark session, however slow the
     machine: all of them race from the first tick."""
     deadline = time.time() + 600

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import tomllib
 import uuid
@@ -20,6 +18,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+
+import preloaded
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
@@ -58,18 +58,17 @@ def location(folder: Path, name: str) -> str:
     return f"{as_s3a(warehouse)}/cd/{name}"
 
 
-def start(folder: Path, url: str, env: dict | None = None, **run) -> subprocess.Popen:
+def start(folder: Path, url: str, env: dict | None = None, **run) -> preloaded.Runner:
     environ = {k: v for k, v in os.environ.items()
                if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_API_MODE")}
     tests = str(RUNNER.parent)
     environ.update(DAGSTER_HOME=str(folder / "home"), DI_CONNECT_URL=url,
                    PYTHONPATH=os.pathsep.join([str(RUNNER.parents[1]), tests, environ.get("PYTHONPATH", "")]),
                    **(env or {}))
-    return subprocess.Popen([sys.executable, str(RUNNER), str(folder), json.dumps(run)], env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return preloaded.start([str(RUNNER), str(folder), json.dumps(run)], environ, Path.cwd())
 
 
-def finish(process: subprocess.Popen) -> dict:
+def finish(process: preloaded.Runner) -> dict:
     out, err = process.communicate(timeout=300)
     assert process.returncode == 0, err[-4000:]
     seen = json.loads(out.strip().splitlines()[-1])
@@ -208,14 +207,14 @@ def test_a_full_refresh_replaces_the_table_and_resets_the_cursor(connect_server,
     assert committed(folder, "orders").state["last_value"] == "2024-01-02T00:00:00Z"
 
 
-def _held(folder: Path, url: str, tag: str, rows: list, frame: bool = True) -> tuple[subprocess.Popen, Path, Path]:
+def _held(folder: Path, url: str, tag: str, rows: list, frame: bool = True) -> tuple[preloaded.Runner, Path, Path]:
     ready, go = folder / f"ready-{tag}", folder / f"go-{tag}"
     process = start(folder, url, asset="orders", disposition=UPSERT, rows=rows, frame=frame,
                     hold={"ready": str(ready), "go": str(go)})
     return process, ready, go
 
 
-def _wait_for(path: Path, process: subprocess.Popen) -> None:
+def _wait_for(path: Path, process: preloaded.Runner) -> None:
     deadline = time.monotonic() + 240
     while not path.exists():
         assert process.poll() is None, process.communicate()[1][-3000:]

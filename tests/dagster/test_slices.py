@@ -4,8 +4,6 @@ failed (or killed) run keeps the slices before the failure and the next run cont
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+import preloaded
 from attack_support import committed_states, failure_text, materialize, rows, snapshots
 from catalogs import HADOOP_ONLY, assert_other_readers_agree, to_env
 from dagster_incremental import Incremental, incremental, incremental_asset
@@ -152,10 +151,8 @@ asset = sliced_asset("killed", {config!r}, datetime.fromisoformat({start.isoform
 with dg.DagsterInstance.get() as instance:
     materialize(asset, instance, io)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "DAGSTER_HOME": str(home), "SLICE_KILL": "1", "PYTHONPATH": str(ROOT)},
-    )
+    proc = preloaded.run(["-c", child], {**os.environ, "DAGSTER_HOME": str(home), "SLICE_KILL": "1",
+                                         "PYTHONPATH": str(ROOT)}, ROOT, timeout=300)
     assert proc.returncode == -9, proc.stderr[-3000:]
     assert ids(spark, io, "killed") == list(range(48))
 
