@@ -17,9 +17,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import shutil
 import subprocess
 import sys
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
