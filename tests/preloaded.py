@@ -107,7 +107,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path, timeout: f
         out, err = runner.communicate(timeout)
     except subprocess.TimeoutExpired:
         runner.kill()
-        runner.wait(30)
+        runner.communicate(30)  # its end, and its output folder removed
         raise
     return subprocess.CompletedProcess(runner.args, runner.returncode, out, err)
 
