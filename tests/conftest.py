@@ -188,15 +188,18 @@ def catalog_secrets_only_where_a_catalog_is(request, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def connect_server(spark_warehouse, s3):
+def connect_server(spark_warehouse, s3, rest_catalog, jdbc_catalog):
     """A Spark Connect server (tests/connect_server.py) on 127.0.0.1 serving the tests' warehouse
-    (catalog `lake`, Delta beside it) and the S3 server's buckets (S3A's endpoint in its own conf,
-    the keys from its environment's AWS_* variables), started once per test session (per worker:
-    its port picked free), stopped with its JVM at the end."""
+    (catalog `lake`, Delta beside it), the S3 server's buckets (S3A's endpoint in its own conf,
+    the keys from its environment's AWS_* variables) and the REST and JDBC Iceberg catalogs
+    (their keys and secrets the server's own), started once per test session (per worker: its
+    port picked free), stopped with its JVM at the end."""
     from catalogs import s3a_settings
     from connect_server import connect_server
 
-    with connect_server(spark_warehouse, s3a_settings(s3)) as server:
+    catalogs = {k: v for c in (rest_catalog, jdbc_catalog) for k, v in {**c.spark_config, **c.secrets}.items()
+                if k != "spark.jars"}
+    with connect_server(spark_warehouse, {**s3a_settings(s3), **catalogs}) as server:
         yield server
 
 

@@ -1,8 +1,8 @@
 """Spark Connect: a destination whose format commits without the Spark driver in the Dagster
-process (Delta: its log is read and its compare-and-set checked by Python, every statement goes
-through the DataFrame and SQL API) runs over a Connect session when one is asked for; any other
-(Iceberg: its branch compare-and-set and local commits call Iceberg's Java API) is refused
-before anything is written.
+process runs over a Connect session when one is asked for (Delta: its log is read and its
+compare-and-set checked by Python; Iceberg in a JDBC or REST catalog: its branch compare-and-set
+made by pyiceberg, spark/iceberg/over_connect.py; every statement goes through the DataFrame and
+SQL API); anything else is refused before anything is written.
 
 Asked for by `[spark] remote` (which reaches the conf as "spark.remote") or SPARK_REMOTE
 (`remote_url`); the session is `connect_session`, its token from secrets.toml's [spark.conf]
@@ -124,7 +124,8 @@ def connect_session_refused(asset: str | None = None) -> Exception:
         (f"asset {asset!r}: " if asset else "")
         + "this process already has a Spark Connect session (made by SparkSession.builder.remote(...) "
         "or with spark.api.mode = \"connect\"), which this destination cannot write through yet: only "
-        "Delta tables (format = \"delta\", with [spark] remote) are written over Spark Connect; "
+        "Delta tables and Iceberg tables in a JDBC or REST catalog (with [spark] remote) are written over "
+        "Spark Connect; "
         f"keep the Dagster process's session classic instead ({_CLASSIC}; leave SPARK_REMOTE unset). A Connect "
         "session for reading a source, made by pyspark.sql.connect.session.SparkSession.builder.remote(url)"
         ".create(), leaves the process classic. Nothing was written.")
@@ -141,7 +142,8 @@ def refuse_connect_frame(obj: Any, asset: str, allowed: bool = False) -> None:
     raise IncrementalConfigError(
         f"asset {asset!r}: the function gave a Spark Connect DataFrame, which this destination cannot write "
         "yet: Spark Connect is not supported for it (its commits go through the Spark driver in the Dagster "
-        "process; only Delta tables, format = \"delta\" with [spark] remote, are written over Connect). Build "
+        "process; only Delta tables and Iceberg tables in a JDBC or REST catalog, with [spark] remote, are "
+        "written over Connect). Build "
         f"the DataFrame on a classic session instead ({_CLASSIC}; leave SPARK_REMOTE unset), or give its rows "
         "as a pyarrow Table or pandas DataFrame (frame.toArrow(), frame.toPandas()), which are written as "
         "today. Nothing was written.")

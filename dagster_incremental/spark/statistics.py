@@ -14,11 +14,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from dagster_incremental.errors import DataShapeError
-from dagster_incremental.spark.iceberg.commit import PendingCommit, iceberg_table, java_json, write_options
-from dagster_incremental.spark.run_commit import COMMIT_ID_PROPERTY
+from dagster_incremental.spark.iceberg.commit import PendingCommit, snapshots_of, write_options
+from dagster_incremental.spark.iceberg.snapshots import SnapshotInfo, Snapshots
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import in_window, quote
-from dagster_incremental.spark.iceberg.metadata import LineageEntry, live_row_count, provable_row_count
+from dagster_incremental.spark.iceberg.metadata import live_row_count, provable_row_count
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
 
@@ -71,16 +71,17 @@ def commit_result(
     if snapshot is None:
         snapshot = _record_empty_commit(spark, commit)
         kind = "summary"
+    snapshots = commit.snapshots(spark)
     if counts is None and kind == "window" and window is not None:
-        counts = _window_net(spark, commit.spec.table, snapshot, window, keys)
+        counts = _window_net(spark, commit.spec.table, snapshot, window, keys, snapshots)
     elif counts is None:
-        counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned)
+        counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned, snapshots)
     summary = snapshot.summary
     return WriteResult(
         rows_inserted=counts.inserted,
         rows_updated=counts.updated,
         rows_deleted=counts.deleted,
-        row_count=row_count(spark, commit.table, snapshot.snapshot_id, _java_table(spark, commit)),
+        row_count=row_count(spark, commit.table, snapshot.snapshot_id, snapshots),
         snapshot_id=snapshot.snapshot_id,
         schema=_schema(spark, commit.table),
         delete_files=_int(summary, "total-delete-files"),
@@ -89,40 +90,29 @@ def commit_result(
     )
 
 
-def unchanged(spark: SparkSession, table: TableRef) -> WriteResult:
+def unchanged(spark: SparkSession, table: TableRef, snapshots: Snapshots) -> WriteResult:
     """The WriteResult of a run that commits nothing: no changes, the table as it is (its
-    current snapshot, read from the Iceberg Table object: no Spark job)."""
-    current = iceberg_table(spark, table).currentSnapshot()
+    current snapshot, read from `snapshots`: no Spark job)."""
+    current = snapshots.current()
+    snapshot_id = current.snapshot_id if current is not None else None
     return WriteResult(
         rows_inserted=0,
         rows_updated=0,
         rows_deleted=0,
-        row_count=row_count(spark, table, current.snapshotId() if current is not None else None),
-        snapshot_id=current.snapshotId() if current is not None else None,
+        row_count=row_count(spark, table, snapshot_id, snapshots),
+        snapshot_id=snapshot_id,
         schema=_schema(spark, table),
     )
 
 
-def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None, java_table: Any = None) -> int:
+def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None, snapshots: Snapshots) -> int:
     """Live rows at `snapshot_id`, from the lineage's summaries when they prove it (see
-    provable_row_count), else one count job. java_table: the table's Iceberg object, if held."""
-    java_table = java_table if java_table is not None else iceberg_table(spark, table)
-    rows = provable_row_count(_lineage(spark._jvm, java_table, snapshot_id))
+    provable_row_count), else one count job."""
+    rows = provable_row_count(s.lineage_entry() for s in snapshots.lineage(snapshot_id))
     if rows is not None:
         return rows
     as_of = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
     return int(spark.sql(f"SELECT count(*) FROM {table.sql}{as_of}").collect()[0][0])
-
-
-def _lineage(jvm: Any, java_table: Any, snapshot_id: int | None) -> Iterator[LineageEntry]:
-    """`snapshot_id` and its parents, newest first, read lazily from the Iceberg Table object."""
-    while snapshot_id is not None:
-        snapshot = java_table.snapshot(snapshot_id)
-        if snapshot is None:
-            return
-        parent = snapshot.parentId()
-        yield LineageEntry(str(snapshot.operation()), java_json(jvm, snapshot.summary()), parent is None)
-        snapshot_id = parent
 
 
 def pairing_key(spec: WriteSpec) -> tuple[str, ...]:
@@ -156,46 +146,8 @@ def resolve_column(table: TableRef, schema: T.StructType, name: str) -> str:
 
 
 def _own_snapshot(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo | None:
-    return find_snapshot(spark._jvm, _java_table(spark, commit), commit.commit_id)
-
-
-def _java_table(spark: SparkSession, commit: PendingCommit) -> Any:
-    """The table's Iceberg object: the one the commit started from, else (a table the write
-    created) loaded now."""
-    return commit.iceberg if commit.iceberg is not None else iceberg_table(spark, commit.table)
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """One row of `<table>.snapshots`."""
-
-    snapshot_id: int
-    parent_id: int | None
-    operation: str
-    summary: dict[str, str]
-    committed_at: datetime
-
-
-def find_snapshot(jvm: Any, iceberg: Any, commit_id: str) -> SnapshotInfo | None:
-    """The snapshot whose summary carries our `commit_id`, found by walking the current lineage
-    of the Iceberg Table object over py4j (no Spark job: a metadata-table query is the first,
-    slow job of a fresh JVM). Our commit was just made, so it is at or near the head."""
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    while snapshot is not None:
-        summary = java_json(jvm, snapshot.summary())
-        if summary.get(COMMIT_ID_PROPERTY) == commit_id:
-            parent = snapshot.parentId()
-            return SnapshotInfo(
-                snapshot_id=snapshot.snapshotId(),
-                parent_id=parent,
-                operation=snapshot.operation(),
-                summary=summary,
-                committed_at=datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc),
-            )
-        parent = snapshot.parentId()
-        snapshot = iceberg.snapshot(parent) if parent is not None else None
-    return None
+    """The snapshot the commit made, found by its commit id (None: the statement made none)."""
+    return commit.snapshots(spark).find(commit.commit_id)
 
 
 def _record_empty_commit(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo:
@@ -219,10 +171,12 @@ def _counts(
     previous_rows: int,
     batch: BatchRows | None,
     aligned: DataFrame | None,
+    snapshots: Snapshots,
 ) -> Counts:
     summary = snapshot.summary
     if kind == "keyed" and batch is not None and aligned is not None and spec.delete_missing:
-        return _with_missing_deleted(spark, spec, snapshot, _matched_keys(spark, spec, aligned, batch, snapshot))
+        matched = _matched_keys(spark, spec, aligned, batch, snapshot)
+        return _with_missing_deleted(spark, spec, snapshot, matched, snapshots)
     if kind == "keyed" and batch is not None and aligned is not None:
         if not batch.tombstones and not _int(summary, "added-equality-deletes"):
             # Every batch row leaves exactly one live row: the live rows it added are inserts.
@@ -276,11 +230,13 @@ def _matched_keys(
     return Counts(inserted=batch.rows - matched_live, updated=matched_live, deleted=matched_dead)
 
 
-def _with_missing_deleted(spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, matched: Counts) -> Counts:
+def _with_missing_deleted(
+    spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, matched: Counts, snapshots: Snapshots
+) -> Counts:
     """A delete_missing upsert's counts: the batch's, plus the rows it deleted for lacking their
     key, from the live rows before and after (after = before + inserted - deleted)."""
-    before = row_count(spark, spec.table, snapshot.parent_id) if snapshot.parent_id is not None else 0
-    after = row_count(spark, spec.table, snapshot.snapshot_id)
+    before = row_count(spark, spec.table, snapshot.parent_id, snapshots) if snapshot.parent_id is not None else 0
+    after = row_count(spark, spec.table, snapshot.snapshot_id, snapshots)
     return Counts(inserted=matched.inserted, updated=matched.updated, deleted=before + matched.inserted - after)
 
 
@@ -299,7 +255,8 @@ def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, 
 
 
 def _window_net(
-    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str]
+    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str],
+    snapshots: Snapshots,
 ) -> Counts:
     """Net change of an Iceberg window replace (window_replace_counts), the live row counts read
     from the two snapshots' summaries."""
@@ -309,7 +266,8 @@ def _window_net(
     after = read(snapshot.snapshot_id)
     if snapshot.parent_id is None:
         return window_replace_counts(table, after, None, window, keys)
-    before = live_row_count(java_json(spark._jvm, iceberg_table(spark, table).snapshot(snapshot.parent_id).summary()))
+    parent = snapshots.get(snapshot.parent_id)
+    before = live_row_count(parent.summary) if parent is not None else None
     return window_replace_counts(table, after, read(snapshot.parent_id), window, keys,
                                  live_rows=(before, live_row_count(snapshot.summary)))
 
@@ -358,14 +316,17 @@ def window_counts(
     windows: Sequence[tuple[Any, ...]],
     keys: Sequence[str],
     rows_of: tuple[str, Any] | None = None,
+    snapshots: Snapshots | None = None,
 ) -> list[Counts]:
     """What commit `snapshot_id` (a window replace) inserted, updated and deleted in each window
     [start, end) of `column` (e.g. each partition of a ranged run that committed once), counted
     as commit_result counted the whole commit, grouped by window in one aggregate: the windows'
     rows of the parent snapshot (removed) and of this one (added), netted (identical rows
     cancel, per key a removed+added pair is an update), however the commit wrote its files.
-    rows_of (column, value): count only those rows (one tenant's)."""
-    parent = iceberg_table(spark, table).snapshot(snapshot_id).parentId()
+    rows_of (column, value): count only those rows (one tenant's). snapshots: the table's (by
+    default through the Spark driver's Iceberg)."""
+    snapshot = (snapshots or snapshots_of(spark, table, None)).get(snapshot_id)
+    parent = snapshot.parent_id if snapshot is not None else None
     after = spark.read.format("iceberg").option("versionAsOf", str(snapshot_id)).load(table.sql)
     before = None if parent is None else spark.read.format("iceberg").option("versionAsOf", str(parent)).load(table.sql)
     return net_window_counts(table, after, before, column, windows, keys, rows_of)

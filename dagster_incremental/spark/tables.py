@@ -176,6 +176,9 @@ class SparkTables(ABC, Generic[Now]):
     def after_commit(self, log: Log, table: TableRef, result: WriteResult) -> None:
         """Maintenance a format does once the run's commit is made (none by default)."""
 
+    def refuse_table_over_connect(self, table: TableRef) -> None:
+        """Over Spark Connect, refuse a table this format cannot write there (none by default)."""
+
     # -- reading -----------------------------------------------------------------------------------
 
     def committed_state(self, table: TableRef, scope: str | None) -> CommittedState | None:
@@ -207,6 +210,7 @@ class SparkTables(ABC, Generic[Now]):
     def write_frame(self, spec: WriteSpec, frame: DataFrame, run_id: str, window: WindowReplace | None) -> WriteResult:
         """A plain DataFrame asset's output: one commit, no cursor."""
         self.session.refuse_unsupported_connect()
+        self.refuse_table_over_connect(spec.table)
         with self.now(spec.table).commit_lock():
             return self.writer.write(spec, frame, commit=CommitInfo(state=None, run_id=run_id), window=window)
 
@@ -216,6 +220,7 @@ class SparkTables(ABC, Generic[Now]):
         `batch.expected_snapshot_id` when there was nothing to commit."""
         self.session.refuse_unsupported_connect()
         table = batch.spec.table
+        self.refuse_table_over_connect(table)
         now = self.now(table)
         current = refuse_stale(now, batch, asset) if batch.check_stale else None
         if _rowless(batch, now):

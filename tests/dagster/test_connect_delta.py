@@ -207,9 +207,10 @@ def test_a_full_refresh_replaces_the_table_and_resets_the_cursor(connect_server,
     assert committed(folder, "orders").state["last_value"] == "2024-01-02T00:00:00Z"
 
 
-def _held(folder: Path, url: str, tag: str, rows: list, frame: bool = True) -> tuple[preloaded.Runner, Path, Path]:
+def _held(folder: Path, url: str, tag: str, rows: list, frame: bool = True,
+          env: dict | None = None) -> tuple[preloaded.Runner, Path, Path]:
     ready, go = folder / f"ready-{tag}", folder / f"go-{tag}"
-    process = start(folder, url, asset="orders", disposition=UPSERT, rows=rows, frame=frame,
+    process = start(folder, url, env, asset="orders", disposition=UPSERT, rows=rows, frame=frame,
                     hold={"ready": str(ready), "go": str(go)})
     return process, ready, go
 
@@ -258,20 +259,6 @@ def test_of_two_racing_runs_one_commits_and_the_other_writes_nothing(on_s3, conn
     assert ids_amounts(table(folder, "orders")) == [(1, 10), (2, 20), (3, 30)]  # one copy
     assert len(versions(folder, "orders")) == len(before) + 1  # one commit
     assert committed(folder, "orders").state["last_value"] == "2024-01-02T00:00:00Z"
-
-
-def test_iceberg_over_connect_is_refused_naming_iceberg_and_nothing_is_written(connect_server, tmp_path):
-    url = connect_server.url
-    folder = project(tmp_path, url)
-    config = folder / "config" / "config.toml"
-    config.write_text(config.read_text().replace('format = "delta"', 'format = "iceberg"'))
-    seen = run(folder, url, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=False)
-    assert not seen["success"]
-    message = seen["message"]
-    assert "Iceberg tables cannot be written through yet" in message and 'Delta tables can (format = "delta")' in message
-    assert "[spark] remote" in message and "Nothing was written" in message
-    assert url not in message and "127.0.0.1" not in message  # never the URL: it may carry a token
-    assert not (folder / "warehouse").exists() or not any((folder / "warehouse").rglob("*.parquet"))
 
 
 def test_the_token_from_secrets_rides_in_the_channel_and_never_in_the_servers_conf():

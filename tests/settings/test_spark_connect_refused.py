@@ -36,16 +36,24 @@ def test_a_remote_that_is_not_a_connect_url_is_refused_naming_file_and_key_not_t
     assert "dapi-not-a-real-token" not in text and "dbc.example" not in text
 
 
-def test_an_iceberg_destination_over_connect_is_refused_naming_iceberg(monkeypatch):
+def test_an_iceberg_table_in_a_folder_over_connect_is_refused_naming_its_catalog(monkeypatch):
+    """Over Connect an Iceberg table must be in a JDBC or REST catalog this process reaches
+    (its branch is published through it); a Hadoop catalog's folder is refused before any
+    session is built or anything written, saying which keys to set."""
     from dagster_incremental.spark.iceberg.tables import IcebergTables
+    from dagster_incremental.spark.table_ref import TableRef
 
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    conf = {"spark.master": "local[1]", "spark.remote": URL, "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
+            "spark.sql.catalog.lake.type": "hadoop", "spark.sql.catalog.lake.warehouse": "/tmp/nowhere"}
+    tables = IcebergTables(lambda: conf)
     with pytest.raises(IncrementalConfigError) as caught:
-        build_spark_session({"spark.master": "local[1]", "spark.remote": URL}, IcebergTables.connect_refusal)
+        tables.refuse_table_over_connect(TableRef.for_asset("lake", "sales", ["orders"]))
     text = str(caught.value)
-    assert "[spark] remote" in text and "Iceberg tables cannot be written through yet" in text
-    assert 'Delta tables can (format = "delta")' in text and "Nothing was written" in text
+    assert "[spark] remote" in text and "JDBC or REST catalog" in text and "catalog 'lake'" in text
+    assert '"spark.sql.catalog.lake.type" = "jdbc" or "rest"' in text and "Nothing was written" in text
     assert "token" not in text and "dbc.example" not in text
+    assert tables.session._session is None  # no session was built
 
 
 @pytest.mark.parametrize("where", ["environment", "conf"])

@@ -34,7 +34,9 @@ _WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "
 
 
 def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
-    """The table's snapshots and its current one (None: no table or no commit yet); no Spark job."""
+    """The table's snapshots and its current one (None: no table or no commit yet); no Spark job.
+    The first question of every read: over Spark Connect, refused before anything is written."""
+    _refuse_over_connect(spark, table)
     if not spark.catalog.tableExists(table.sql):
         return [], None
     iceberg = iceberg_table(spark, table)
@@ -45,6 +47,20 @@ def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None
     ]
     current = iceberg.currentSnapshot()
     return history, current.snapshotId() if current is not None else None
+
+
+def _refuse_over_connect(spark, table: TableRef) -> None:
+    """An Iceberg upstream's changes are read through Iceberg's Java API in the Spark driver,
+    which a Spark Connect session does not have here."""
+    from dagster_incremental.errors import IncrementalConfigError
+    from dagster_incremental.spark.connect import is_connect
+
+    if is_connect(spark):
+        raise IncrementalConfigError(
+            f"upstream {table.display}: reading an Iceberg table's changes (Changes) over Spark Connect is not "
+            "supported yet (they are read through Iceberg's Java API in the Spark driver). Run this asset's code "
+            "location with a classic session ([spark] master, no [spark] remote or SPARK_REMOTE), or read the "
+            "upstream whole instead of its changes. Nothing was written.")
 
 
 def table_id(table: TableRef) -> str | None:

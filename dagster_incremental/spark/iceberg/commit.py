@@ -18,6 +18,9 @@ cursor back."""
 #   Python `java.util.concurrent.Callable` whose call() runs the statement (`with_commit_properties`).
 #   With PySpark's pinned-thread mode (the default) the callback's Spark calls run on the very JVM
 #   thread that holds the ThreadLocal; that is checked on every call, never assumed.
+#
+# Over Spark Connect (no JVM here) a SQL statement's commit gets them from the session's conf
+# instead, `spark.sql.iceberg.snapshot-property.<key>` (Iceberg 1.11 on; over_connect.py).
 
 from __future__ import annotations
 
@@ -26,7 +29,6 @@ import dataclasses
 import ipaddress
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +44,16 @@ from dagster_incremental.spark.committed_state import CommittedState, cursor_of
 from dagster_incremental.spark.run_commit import BaseMoved, CursorGuard, StaleCursor, case_sensitive, commit_fields
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.storage import TableStorage
+from dagster_incremental.spark.iceberg.branch import (
+    BRANCH_PREFIX,
+    TAKE_ATTEMPTS,
+    CatalogBranch,
+    branch_ref,
+    is_leftover,
+    new_branch_name,
+)
+from dagster_incremental.spark.iceberg.over_connect import CatalogTables, session_commit_properties
+from dagster_incremental.spark.iceberg.snapshots import JavaSnapshots, Snapshots, java_json
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -200,14 +212,6 @@ def _jvm(spark: SparkSession) -> Any:
     return jvm
 
 
-def java_json(jvm: Any, value: Any) -> Any:
-    """A Java map or collection of strings (a snapshot summary, table properties, ref names) as
-    a dict or list, in two py4j calls. (`dict(value)` costs two calls per entry, and pyspark
-    converts the exception that ends every py4j iteration with a dozen more: ~60 round trips
-    for one snapshot summary.)"""
-    return json.loads(str(jvm.org.apache.iceberg.util.JsonUtil.mapper().writeValueAsString(value)))
-
-
 def read_committed_state(
     spark: SparkSession, table: TableRef, scope: str | None = None
 ) -> CommittedState | None:
@@ -288,20 +292,6 @@ def _from_micros(micros: int) -> datetime:
 # <base>`; Hive: a lock and the same check; Glue: the table version; REST: `assert-ref-snapshot-id`),
 # so a run whose base moved is refused and `main` never sees its snapshot. The Hadoop catalog's
 # metadata rename on a local disk is not atomic: there the file lock stays (io_manager).
-
-BRANCH_PREFIX = "dagster_incremental_"  # a run's private branch; removed when it is published
-TAKE_ATTEMPTS = 10  # branching is retried when other writers commit meanwhile (never publishing)
-LEFTOVER_MS = 24 * 3600 * 1000  # a run's branch older than this was left by a killed run
-
-
-def branch_ref(table: TableRef, name: str) -> TableRef:
-    """The branch as a Spark identifier (`catalog`.`ns`.`table`.`branch_<name>`)."""
-    return dataclasses.replace(table, namespace=(*table.namespace, table.name), name=f"branch_{name}")
-
-
-def new_branch_name() -> str:
-    return BRANCH_PREFIX + uuid.uuid4().hex
-
 
 class RunBranch:
     """One run's branch: taken at the checked snapshot, published to main by compare-and-set."""
@@ -411,12 +401,8 @@ class RunBranch:
 
 def _leftovers(jvm: Any, metadata: Any, now_ms: int) -> list[str]:
     """Branches of runs killed between branching and publishing, a day old: no run lives that long."""
-    names = []
-    for name in java_json(jvm, metadata.refs().keySet()):
-        ref = metadata.ref(name)
-        if str(name).startswith(BRANCH_PREFIX) and now_ms - metadata.snapshot(ref.snapshotId()).timestampMillis() > LEFTOVER_MS:
-            names.append(str(name))
-    return names
+    return [str(name) for name in java_json(jvm, metadata.refs().keySet())
+            if is_leftover(str(name), metadata.snapshot(metadata.ref(name).snapshotId()).timestampMillis(), now_ms)]
 
 
 def _newest_cursor(jvm: Any, metadata: Any, snapshot: Any, scope: str | None) -> CommittedState | None:
@@ -445,18 +431,28 @@ class PendingCommit:
     case_sensitive: bool
     guard: CursorGuard | None = None  # a cursor-carrying run: commit by compare-and-set (RunBranch)
     branch: str = ""  # the run's branch name under a guard
-    iceberg: Any = None  # the table's org.apache.iceberg.Table, refreshed; None: no table yet
+    iceberg: Any = None  # the table's org.apache.iceberg.Table, refreshed; None: no table yet, or over Connect
+    catalog: CatalogTables | None = None  # over Spark Connect: the catalog as pyiceberg reaches it here
 
     @classmethod
     def open(
-        cls, spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None, guard: CursorGuard | None
+        cls, spark: SparkSession, spec: WriteSpec, info: CommitInfo, started: datetime | None, guard: CursorGuard | None,
+        catalog: CatalogTables | None = None,
     ) -> PendingCommit:
-        """The commit about to be made on the table as it is now (its state validated first)."""
+        """The commit about to be made on the table as it is now (its state validated first).
+        `catalog`: the session is a Spark Connect one, and the table's catalog is reached here."""
+        if catalog is not None:
+            _refresh_on_server(spark, spec.table)
         return cls(
             **commit_fields(case_sensitive(spark.conf.get), spec, info, started, guard),
             branch=new_branch_name() if guard is not None else "",
-            iceberg=_refreshed_table(spark, spec.table),
+            iceberg=_refreshed_table(spark, spec.table) if catalog is None else None,
+            catalog=catalog,
         )
+
+    def snapshots(self, spark: SparkSession) -> Snapshots:
+        """The table's snapshots, read where this process can read them (see snapshots.py)."""
+        return snapshots_of(spark, self.table, self.catalog, self.iceberg)
 
     @property
     def table(self) -> TableRef:
@@ -476,6 +472,9 @@ class PendingCommit:
         """Run the SQL statement in `fn` (written against `target`) as this commit; conflicts
         become ConcurrentRunError."""
         with self.guarded(spark):
+            if self.catalog is not None:
+                with session_commit_properties(spark, self.properties):
+                    return fn()
             return with_commit_properties(spark, self.properties, fn)
 
     def append(self, spark: SparkSession, frame: DataFrame) -> None:
@@ -497,13 +496,13 @@ class PendingCommit:
         BaseMoved, nothing visible written). `written`: the files (locations in `storage`, a
         local folder when None) the local path writes for this commit, deleted if it does not
         happen (they would be nobody's)."""
-        moved = _table_moved_since(self.iceberg if self.iceberg is not None else _existing_table(spark, self.table))
+        moved = self._moved_since(spark)
         with (_removed_on_failure([] if written is None else written, storage or TableStorage.local()),
               conflicts_as_concurrent_run(self.table, moved)):
             if self.guard is None:
                 yield
                 return
-            branch = RunBranch(iceberg_table(spark, self.table), spark._jvm, self.branch)
+            branch = self._branch(spark)
             branch.take(self.guard)
             try:
                 yield
@@ -511,6 +510,39 @@ class PendingCommit:
             except BaseException:
                 branch.abandon()
                 raise
+
+
+    def _branch(self, spark: SparkSession) -> RunBranch | CatalogBranch:
+        """The run's branch: through the catalog over Connect, else through the driver's Iceberg."""
+        if self.catalog is None:
+            return RunBranch(iceberg_table(spark, self.table), spark._jvm, self.branch)
+        return CatalogBranch(self.catalog.snapshots(self.table), self.table, self.branch, self.commit_id,
+                             lambda: _refresh_on_server(spark, self.table))
+
+    def _moved_since(self, spark: SparkSession) -> Callable[[], bool] | None:
+        """Whether another writer committed after now (see _table_moved_since)."""
+        if self.catalog is None:
+            return _table_moved_since(self.iceberg if self.iceberg is not None else _existing_table(spark, self.table))
+        snapshots = self.catalog.snapshots(self.table)
+        if snapshots.metadata is None:
+            return None
+        before = int(snapshots.metadata.raw.get("last-sequence-number", 0))
+        return lambda: snapshots.last_sequence_number() > before
+
+
+def snapshots_of(spark: SparkSession, table: TableRef, catalog: CatalogTables | None, iceberg: Any = None) -> Snapshots:
+    """`table`'s snapshots: from its catalog over Connect, else from the driver's Table object
+    (`iceberg` when held)."""
+    if catalog is not None:
+        return catalog.snapshots(table)
+    return JavaSnapshots(_jvm(spark), iceberg if iceberg is not None else iceberg_table(spark, table))
+
+
+def _refresh_on_server(spark: SparkSession, table: TableRef) -> None:
+    """The Spark Connect server caches the table: make it see what this process, or another,
+    committed through the catalog (nothing when there is no table yet)."""
+    if spark.catalog.tableExists(table.sql):
+        spark.catalog.refreshTable(table.sql)
 
 
 @contextmanager

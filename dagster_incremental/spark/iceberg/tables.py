@@ -24,6 +24,7 @@ from dagster_incremental.spark.write_spec import IncrementalBatch, WriteResult, 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from dagster_incremental.spark.iceberg.over_connect import CatalogTables
     from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.key_check import DuplicateKeys
 
@@ -31,9 +32,8 @@ if TYPE_CHECKING:
 class IcebergTables(SparkTables["IcebergNow"]):
     """One destination's Iceberg tables in its Spark catalog (see the module's docstring)."""
 
-    # Not over Connect yet: the branch compare-and-set and the local commits call Iceberg's Java API.
-    connect_refusal = ("which Iceberg tables cannot be written through yet (their commits call Iceberg's "
-                       "Java API in the Spark driver of the Dagster process); Delta tables can (format = \"delta\")")
+    # Over Connect in a JDBC or REST catalog (spark/iceberg/over_connect.py); others refused per table.
+    connect_refusal = None
 
     def table(self, catalog: str, namespace: str, key_path: Sequence[str]) -> TableRef:
         """The table of the asset whose key is `key_path`."""
@@ -56,7 +56,24 @@ class IcebergTables(SparkTables["IcebergNow"]):
     def writer(self) -> TableWriter:
         from dagster_incremental.spark.iceberg.writer import TableWriter
 
-        return TableWriter(self.spark)
+        return TableWriter(self.spark, self._catalog_over_connect)
+
+    @property
+    def _catalog_over_connect(self) -> CatalogTables | None:
+        """Over Spark Connect, the catalog as pyiceberg reaches it here; None in classic mode."""
+        from dagster_incremental.spark.iceberg.over_connect import CatalogTables
+
+        return CatalogTables(self.session.conf) if self.over_connect else None
+
+    def refuse_table_over_connect(self, table: TableRef) -> None:
+        """Over Spark Connect, a table whose catalog this process cannot reach with pyiceberg
+        (a Hadoop catalog's folder, a Glue or Hive catalog) is refused before anything is written."""
+        catalog = self._catalog_over_connect
+        if catalog is not None and not catalog.reaches(table.catalog):
+            from dagster_incremental.spark.connect import refuse_connect
+            from dagster_incremental.spark.iceberg.over_connect import refusal
+
+            refuse_connect(self.session.conf, refusal(table.catalog))
 
     def files(self, table: TableRef) -> TableFiles:
         """The table's files as they are now (read once; see TableFiles)."""
@@ -117,7 +134,8 @@ class IcebergTables(SparkTables["IcebergNow"]):
         """What one commit changed in each window of `column`: a range run's figures per partition."""
         from dagster_incremental.spark.statistics import pairing_key, window_counts
 
-        return window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec))
+        return window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec),
+                             snapshots=self.writer.snapshots(spec.table))
 
     # -- the commit --------------------------------------------------------------------------------
 

@@ -15,7 +15,9 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.batch_writer import BatchWriter
 from dagster_incremental.spark.committed_state import CommittedState
-from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state
+from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state, snapshots_of
+from dagster_incremental.spark.iceberg.over_connect import CatalogTables
+from dagster_incremental.spark.iceberg.snapshots import Snapshots
 from dagster_incremental.spark.iceberg.local.write import write_local
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.merge import upsert
@@ -34,6 +36,8 @@ class TableWriter(BatchWriter[PendingCommit]):
 
     Args:
         spark: the session whose catalog holds the table (`spec.table`).
+        catalog: over Spark Connect, the table's catalog as pyiceberg reaches it from this process
+            (the run's branch and the figures go through it); None: the Spark driver is here.
 
     Examples:
         .. code-block:: python
@@ -46,8 +50,9 @@ class TableWriter(BatchWriter[PendingCommit]):
             writer.read_committed_state(spec.table)  # -> CommittedState(state={...}, ...)
     """
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, catalog: CatalogTables | None = None) -> None:
         self._spark = spark
+        self._catalog = catalog
 
     @property
     def spark(self) -> SparkSession:
@@ -65,7 +70,11 @@ class TableWriter(BatchWriter[PendingCommit]):
 
     def unchanged(self, table: TableRef) -> WriteResult:
         """The WriteResult of a run that commits nothing: the table as it is."""
-        return unchanged(self.spark, table)
+        return unchanged(self.spark, table, self.snapshots(table))
+
+    def snapshots(self, table: TableRef) -> Snapshots:
+        """The table's snapshots, read where this process can (see spark/iceberg/snapshots.py)."""
+        return snapshots_of(self.spark, table, self._catalog)
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -97,13 +106,16 @@ class TableWriter(BatchWriter[PendingCommit]):
         guard: the cursor the run read; the data commit then happens only if the table still
         holds it (compare-and-set, see commit.RunBranch; raises StaleCursor or BaseMoved).
         """
-        pending = PendingCommit.open(self.spark, spec, commit, run_started_at, guard)
+        pending = PendingCommit.open(self.spark, spec, commit, run_started_at, guard, self._catalog)
         return self._write_batch(pending, batch, window, full_refresh, deduplicated)
 
     # -- the steps of the shared order (spark/batch_writer.py) -------------------------------------
 
     def _in_process(self, pending: PendingCommit, local: LocalRows, deduplicated: bool) -> WriteResult | None:
-        """Local rows appended or merged by Iceberg's Java API, without a Spark job."""
+        """Local rows appended or merged by Iceberg's Java API, without a Spark job (not over
+        Spark Connect: no Java API here, and the server does not see this machine's files)."""
+        if pending.catalog is not None:
+            return None
         exists = pending.iceberg is not None
         return write_local(self.spark, pending, local, exists=exists, deduplicated=deduplicated)
 

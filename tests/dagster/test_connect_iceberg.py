@@ -1,0 +1,168 @@
+"""Iceberg tables over Spark Connect, in the REST and JDBC catalogs: `[spark] remote` with an
+Iceberg destination runs every disposition through a Connect session on a real server
+(tests/connect_server.py, configured with the same catalogs), a stale run and a race included,
+with no py4j call and no JVM in the Dagster process (tests/connect_delta_runner.py fences them).
+The run checks its cursor and publishes its branch through the catalog with pyiceberg; the
+server writes the rows. What is checked is what a user sees: the table's rows and the cursor its
+commit carries (read by pyiceberg), the materialization's metadata, the errors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from test_connect_delta import DELETE_INSERT, UPSERT, _held, _wait_for, finish, ids_amounts, run
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
+
+REST, JDBC = "rest", "jdbc"
+
+
+def project(tmp_path: Path, url: str, catalog, name: str = "p") -> Path:
+    """A project folder whose config.toml names the server in [spark] remote and an Iceberg
+    destination in `catalog` (its keys in [spark.conf], its secrets in the runner's environment),
+    in a namespace of its own."""
+    folder = tmp_path / name
+    (folder / "config").mkdir(parents=True)
+    (folder / "home").mkdir()
+    namespace = f"ci_{uuid.uuid4().hex[:8]}"
+    (folder / "config" / "config.toml").write_text(f'[spark]\nremote = "{url}"\n\n' + catalog.config_toml(namespace))
+    (folder / "namespace").write_text(namespace)
+    return folder
+
+
+def loaded(folder: Path, catalog, name: str):
+    namespace = (folder / "namespace").read_text()
+    return catalog.pyiceberg().load_table((namespace, name))
+
+
+def rows(folder: Path, catalog, name: str = "orders") -> list[dict]:
+    return sorted(loaded(folder, catalog, name).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+
+
+def committed(folder: Path, catalog, name: str = "orders"):
+    from dagster_incremental.spark.iceberg.metadata import pyiceberg_metadata
+
+    return pyiceberg_metadata(loaded(folder, catalog, name)).committed_cursor()
+
+
+def snapshots(folder: Path, catalog, name: str = "orders") -> int:
+    return len(loaded(folder, catalog, name).metadata.snapshots)
+
+
+def branches(folder: Path, catalog, name: str = "orders") -> list[str]:
+    return sorted(loaded(folder, catalog, name).metadata.refs)
+
+
+@pytest.fixture(params=[REST, JDBC])
+def catalog(request, connect_server):
+    return request.getfixturevalue(f"{request.param}_catalog")
+
+
+def go(folder: Path, url: str, catalog, **run_args) -> dict:
+    return run(folder, url, env=catalog.environment(), **run_args)
+
+
+@pytest.mark.parametrize("frame", [True, False], ids=["connect-frame", "dict-rows"])
+def test_every_disposition_runs_over_connect_without_a_jvm(frame, catalog, connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    first = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 2]], frame=frame)
+    assert first["success"], first["message"]
+    second = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[2, 21, 3], [3, 30, 3]], frame=frame)
+    assert second["success"], second["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 21), (3, 30)]
+    meta = second["metadata"]
+    assert meta["dagster_incremental/state"]["last_value"] == "2024-01-03T00:00:00Z"
+    assert (meta["dagster_incremental/rows_inserted"], meta["dagster_incremental/rows_updated"]) == (1, 1)
+    assert meta["dagster/row_count"] == 3
+    held = committed(folder, catalog)
+    assert held is not None and held.state["last_value"] == "2024-01-03T00:00:00Z"
+    assert branches(folder, catalog) == ["main"]  # the runs' branches were removed when published
+
+    appended = project(tmp_path, url, catalog, "append")
+    for batch in ([[1, 10, 1]], [[2, 20, 2], [3, 30, 2]]):
+        done = go(appended, url, catalog, asset="orders", disposition="append", rows=batch, frame=frame)
+        assert done["success"], done["message"]
+    assert ids_amounts(rows(appended, catalog)) == [(1, 10), (2, 20), (3, 30)]
+
+    keyed = project(tmp_path, url, catalog, "delete_insert")
+    assert go(keyed, url, catalog, asset="orders", disposition=DELETE_INSERT, rows=[[1, 10, 1], [2, 20, 1]], frame=frame)["success"]
+    again = go(keyed, url, catalog, asset="orders", disposition=DELETE_INSERT, rows=[[2, 22, 2], [4, 40, 2]], frame=frame)
+    assert again["success"], again["message"]
+    assert ids_amounts(rows(keyed, catalog)) == [(1, 10), (2, 22), (4, 40)]
+    assert committed(keyed, catalog).state["last_value"] == "2024-01-02T00:00:00Z"
+
+    replaced = project(tmp_path, url, catalog, "replace")
+    for batch in ([[1, 10, 1], [2, 20, 1]], [[5, 50, 2]]):
+        done = go(replaced, url, catalog, asset="orders", disposition="replace", rows=batch, frame=frame)
+        assert done["success"], done["message"]
+    assert ids_amounts(rows(replaced, catalog)) == [(5, 50)]
+    assert done["metadata"]["dagster_incremental/rows_deleted"] == 2
+
+
+def test_a_full_refresh_over_connect_replaces_the_table_and_resets_the_cursor(rest_catalog, connect_server, tmp_path):
+    url, catalog = connect_server.url, rest_catalog
+    folder = project(tmp_path, url, catalog)
+    assert go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 5], [2, 20, 6]], frame=True)["success"]
+    refreshed = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[7, 70, 2]], frame=True, full_refresh=True)
+    assert refreshed["success"], refreshed["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(7, 70)]
+    assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"  # back, not the max
+
+
+def test_a_run_whose_cursor_went_stale_over_connect_writes_nothing(catalog, connect_server, tmp_path):
+    """Run A reads its cursor, then run B commits; A's commit is refused and writes nothing."""
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    assert go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
+    slow, ready, go_file = _held(folder, url, "a", [[2, 20, 2]], env=catalog.environment())
+    _wait_for(ready, slow)
+    fast = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[3, 30, 3]], frame=True)
+    assert fast["success"], fast["message"]
+    count = snapshots(folder, catalog)
+    go_file.write_text("")
+    stale = finish(slow)
+    assert not stale["success"]
+    assert "another run" in stale["message"] and "wrote nothing" in stale["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (3, 30)]
+    assert committed(folder, catalog).state["last_value"] == "2024-01-03T00:00:00Z"
+    assert snapshots(folder, catalog) == count and branches(folder, catalog) == ["main"]
+
+
+def test_of_two_racing_runs_over_connect_one_commits_and_the_other_writes_nothing(catalog, connect_server, tmp_path):
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    assert go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=True)["success"]
+    racers = [_held(folder, url, tag, [[2, 20, 2], [3, 30, 2]], env=catalog.environment()) for tag in ("a", "b")]
+    for process, ready, _ in racers:
+        _wait_for(ready, process)
+    for _, _, go_file in racers:
+        go_file.write_text("")
+    seen = [finish(process) for process, _, _ in racers]
+    assert sorted(s["success"] for s in seen) == [False, True], [s["message"] for s in seen]
+    loser = next(s for s in seen if not s["success"])
+    # refused at its publish ("another run ... wrote nothing") or, when the other run's snapshot took
+    # the sequence number its branch commit carries, at that commit (the REST server refuses it)
+    assert "wrote nothing" in loser["message"] or "nothing was written" in loser["message"], loser["message"][:4000]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 20), (3, 30)]  # one copy
+    assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"
+    assert branches(folder, catalog) == ["main"]
+
+
+def test_an_iceberg_table_in_a_folder_over_connect_is_refused_naming_the_catalog(connect_server, tmp_path):
+    from catalogs import hadoop_catalog
+
+    url = connect_server.url
+    catalog = hadoop_catalog(str(tmp_path / "warehouse"))
+    folder = project(tmp_path, url, catalog)
+    seen = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1]], frame=False)
+    assert not seen["success"]
+    message = seen["message"]
+    assert "[spark] remote" in message and "JDBC or REST catalog" in message and f"catalog {catalog.name!r}" in message
+    assert f'"spark.sql.catalog.{catalog.name}.type" = "jdbc" or "rest"' in message and "Nothing was written" in message
+    assert url not in message and "127.0.0.1" not in message  # never the URL: it may carry a token
+    assert not any((tmp_path / "warehouse").rglob("*.parquet"))
