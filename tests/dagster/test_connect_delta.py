@@ -2,7 +2,7 @@
 a Delta destination runs every disposition through a Connect session on a real server
 (tests/connect_server.py), races and killed runs included, with no py4j call and no JVM in the
 Dagster process: each run is a process of its own
-(tests/connect_delta_runner.py) whose entries into py4j record and raise, and which reports the
+(tests/connect_runner.py) whose entries into py4j record and raise, and which reports the
 java processes it started. What is checked is what a user sees: the table's rows (read by
 delta-rs), the cursor its commit carries, the materialization's metadata, the errors.
 """
@@ -23,7 +23,7 @@ import preloaded
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
-RUNNER = Path(__file__).resolve().parents[1] / "connect_delta_runner.py"
+RUNNER = Path(__file__).resolve().parents[1] / "connect_runner.py"
 UPSERT = {"disposition": "merge", "strategy": "upsert"}
 DELETE_INSERT = {"disposition": "merge", "strategy": "delete-insert"}
 

@@ -1,7 +1,7 @@
 """Iceberg tables over Spark Connect, in the REST and JDBC catalogs: `[spark] remote` with an
 Iceberg destination runs every disposition through a Connect session on a real server
 (tests/connect_server.py, configured with the same catalogs), a stale run and a race included,
-with no py4j call and no JVM in the Dagster process (tests/connect_delta_runner.py fences them).
+with no py4j call and no JVM in the Dagster process (tests/connect_runner.py fences them).
 The run checks its cursor and publishes its branch through the catalog with pyiceberg; the
 server writes the rows. What is checked is what a user sees: the table's rows and the cursor its
 commit carries (read by pyiceberg), the materialization's metadata, the errors.
@@ -9,12 +9,14 @@ commit carries (read by pyiceberg), the materialization's metadata, the errors.
 
 from __future__ import annotations
 
+import time
 import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from test_connect_delta import DELETE_INSERT, UPSERT, _held, _wait_for, finish, ids_amounts, run
+from test_connect_delta import DELETE_INSERT, UPSERT, _held, _wait_for, finish, ids_amounts, run, start
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect]
 
@@ -39,14 +41,14 @@ def loaded(folder: Path, catalog, name: str):
     return catalog.pyiceberg().load_table((namespace, name))
 
 
-def rows(folder: Path, catalog, name: str = "orders") -> list[dict]:
-    return sorted(loaded(folder, catalog, name).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+def rows(folder: Path, catalog, name: str = "orders", key: str = "id") -> list[dict]:
+    return sorted(loaded(folder, catalog, name).scan().to_arrow().to_pylist(), key=lambda r: r[key])
 
 
-def committed(folder: Path, catalog, name: str = "orders"):
+def committed(folder: Path, catalog, name: str = "orders", scope: str | None = None):
     from dagster_incremental.spark.iceberg.metadata import pyiceberg_metadata
 
-    return pyiceberg_metadata(loaded(folder, catalog, name)).committed_cursor()
+    return pyiceberg_metadata(loaded(folder, catalog, name)).committed_cursor(scope)
 
 
 def snapshots(folder: Path, catalog, name: str = "orders") -> int:
@@ -166,3 +168,80 @@ def test_an_iceberg_table_in_a_folder_over_connect_is_refused_naming_the_catalog
     assert f'"spark.sql.catalog.{catalog.name}.type" = "jdbc" or "rest"' in message and "Nothing was written" in message
     assert url not in message and "127.0.0.1" not in message  # never the URL: it may carry a token
     assert not any((tmp_path / "warehouse").rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("strategy", ["scd2", "insert-only"])
+def test_scd2_and_insert_only_run_over_connect(strategy, rest_catalog, connect_server, tmp_path):
+    url, catalog = connect_server.url, rest_catalog
+    folder = project(tmp_path, url, catalog)
+    disposition = {"disposition": "merge", "strategy": strategy}
+    assert go(folder, url, catalog, asset="orders", disposition=disposition, rows=[[1, 10, 1], [2, 20, 1]], frame=True)["success"]
+    second = go(folder, url, catalog, asset="orders", disposition=disposition, rows=[[2, 21, 2], [3, 30, 2]], frame=True)
+    assert second["success"], second["message"]
+    found = rows(folder, catalog)
+    if strategy == "insert-only":  # a key already there keeps its row
+        assert ids_amounts(found) == [(1, 10), (2, 20), (3, 30)]
+    else:  # a full snapshot: id 2's old version closed and its new one current, id 1 (absent) retired
+        current = sorted((r["id"], r["amount"]) for r in found if r["_valid_to"] is None)
+        closed = sorted((r["id"], r["amount"]) for r in found if r["_valid_to"] is not None)
+        assert current == [(2, 21), (3, 30)] and closed == [(1, 10), (2, 20)]
+    assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"
+
+
+def test_a_partition_backfill_over_connect_loads_its_window_and_leaves_the_live_cursor(rest_catalog, connect_server, tmp_path):
+    url, catalog = connect_server.url, rest_catalog
+    folder = project(tmp_path, url, catalog)
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    days = [today - timedelta(days=d) for d in (2, 1, 0)]
+    source = [[f"e{d}-{h}", d * 10 + h, (day + timedelta(minutes=h)).isoformat()] for d, day in enumerate(days) for h in (1, 2)]
+    keys = [d.strftime("%Y-%m-%d") for d in days]
+    common = dict(asset="events", disposition={"disposition": "merge"}, start=keys[0])
+
+    live = go(folder, url, catalog, rows=source, partition=keys[2], **common)
+    assert live["success"], live["message"]
+    scope = live["metadata"].get("dagster_incremental/scope")
+    live_cursor = committed(folder, catalog, "events", scope)
+    backfill = go(folder, url, catalog, partition=keys[1], **common,
+                  rows=[r for r in source if r[0] != "e1-1"] + [["e1-3", 99, (days[1] + timedelta(minutes=3)).isoformat()]])
+    assert backfill["success"], backfill["message"]
+    assert backfill["metadata"]["dagster_incremental/mode"] == "backfill"
+    assert [r["event_id"] for r in rows(folder, catalog, "events", "event_id")] == ["e1-2", "e1-3", "e2-1", "e2-2"]
+    after = committed(folder, catalog, "events", scope)
+    assert after is not None and live_cursor is not None and after.state == live_cursor.state  # not moved
+    assert after.snapshot_id == live_cursor.snapshot_id
+
+
+def _settled(folder: Path, catalog, quiet: float = 5.0) -> None:
+    """Once the table's metadata has not changed for `quiet` s: a killed client's statement may
+    still commit on the server (onto the run's branch)."""
+    seen, since = loaded(folder, catalog, "orders").metadata_location, time.monotonic()
+    deadline = since + 120
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the table's metadata never settled"
+        time.sleep(0.5)
+        now = loaded(folder, catalog, "orders").metadata_location
+        if now != seen:
+            seen, since = now, time.monotonic()
+
+
+@pytest.mark.parametrize("point", ["during-commit", "after-commit"])
+def test_a_run_killed_while_it_commits_over_connect_is_healed_by_the_next(point, catalog, connect_server, tmp_path):
+    """SIGKILL while the server runs the commit's statement, or after the run published its
+    branch and before Dagster recorded the run: the next run loads every row exactly once (an
+    append doubles any row loaded twice) and its cursor is the source's newest."""
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    source = [[1, 10, 1]]
+    assert go(folder, url, catalog, asset="orders", disposition="append", rows=source, frame=True)["success"]
+    source += [[2, 20, 2], [3, 30, 2]]
+    killed = start(folder, url, catalog.environment(), asset="orders", disposition="append", rows=source, frame=True,
+                   kill=point)
+    killed.communicate(timeout=300)
+    assert killed.returncode == -9, f"the run was not killed at {point}"
+    _settled(folder, catalog)
+    source += [[4, 40, 3]]
+    healed = go(folder, url, catalog, asset="orders", disposition="append", rows=source, frame=True)
+    assert healed["success"], healed["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 20), (3, 30), (4, 40)]  # each once
+    assert healed["metadata"]["dagster_incremental/state"]["last_value"] == "2024-01-03T00:00:00Z"
+    assert committed(folder, catalog).state["last_value"] == "2024-01-03T00:00:00Z"

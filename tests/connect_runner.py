@@ -1,10 +1,11 @@
-"""One Dagster run of a Delta asset over Spark Connect, in a process fenced off from py4j.
+"""One Dagster run of a Delta or Iceberg asset over Spark Connect, in a process fenced off from py4j.
 
-Used by tests/dagster/test_connect_delta.py. Before anything else is imported, every way PySpark
-has into a driver JVM is replaced by one that records the attempt and raises: launching the
+Used by tests/dagster/test_connect_delta.py and tests/dagster/test_connect_iceberg.py. Before
+anything else is imported, every way PySpark has into a driver JVM is replaced by one that
+records the attempt and raises: launching the
 gateway (`launch_gateway`, where the classic SparkContext calls it), `SparkContext._jvm` and
 `_gateway`, and the classic SparkSession's `_jvm`. The run's project folder (argv[1]) holds
-config/config.toml ([spark] remote and a Delta destination, or SPARK_REMOTE in the environment),
+config/config.toml ([spark] remote and the destination, or SPARK_REMOTE in the environment),
 and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
     asset       "orders" (unpartitioned: id, amount, updated_at), "events" (daily partitions
                 from `start`: event_id, value, event_time) or "plain" (a plain asset's
@@ -168,29 +169,39 @@ def die() -> None:
 
 
 def arm_kill(run: dict) -> None:
-    """Where `run["kill"]` says, SIGKILL this process (the library has no fault hooks: patched here)."""
+    """Where `run["kill"]` says, SIGKILL this process (the library has no fault hooks: patched
+    here): each format's commit statement (Delta's, Iceberg's append or SQL statement) and writer."""
     from dagster_incremental.spark.delta import s3_lease
     from dagster_incremental.spark.delta.commit import DeltaCommit
     from dagster_incremental.spark.delta.writer import DeltaWriter
+    from dagster_incremental.spark.iceberg.commit import PendingCommit
+    from dagster_incremental.spark.iceberg.writer import TableWriter
 
     if run.get("lease_seconds"):
         s3_lease.LEASE_SECONDS = float(run["lease_seconds"])
     if run.get("kill") == "during-commit":
-        statement = DeltaCommit.run
-
-        def dying_run(self, *args, **kwargs):
-            threading.Timer(float(run.get("delay", 0.3)), die).start()
-            return statement(self, *args, **kwargs)
-
-        DeltaCommit.run = dying_run
+        for owner, name in ((DeltaCommit, "run"), (PendingCommit, "run"), (PendingCommit, "append")):
+            setattr(owner, name, _dying(getattr(owner, name), float(run.get("delay", 0.3))))
     elif run.get("kill") == "after-commit":
-        write = DeltaWriter.write
+        for owner in (DeltaWriter, TableWriter):
+            owner.write = _then_die(owner.write)
 
-        def write_then_die(self, *args, **kwargs):
-            write(self, *args, **kwargs)
-            die()
 
-        DeltaWriter.write = write_then_die
+def _dying(statement, delay: float):
+    """`statement`, with a SIGKILL `delay` s after it was sent."""
+    def dying(self, *args, **kwargs):
+        threading.Timer(delay, die).start()
+        return statement(self, *args, **kwargs)
+
+    return dying
+
+
+def _then_die(write):
+    def write_then_die(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        die()
+
+    return write_then_die
 
 
 def main() -> None:
