@@ -1,5 +1,6 @@
-"""Spark Connect against classic mode: a change run into a Delta table, through a warm Connect
-server or through the Spark driver in the run's own process.
+"""Spark Connect against classic mode: a change run into a Delta table (or, with `--format
+iceberg`, an Iceberg table in a JDBC catalog on SQLite that the server and the run both reach),
+through a warm Connect server or through the Spark driver in the run's own process.
 
 Each measurement is one process of `bench.orders --format delta` (run 0 loads `--rows` orders,
 then `--runs - 1` change runs of `--changes` each, upsert on id), in classic mode (its own
@@ -13,6 +14,7 @@ alternate, the order reversing every repeat.
 
     python -m bench.connect --rows 1000000 --changes 10000 --runs 4 --repeats 2
     python -m bench.connect --rows 20000 --changes 1000 --runs 3 --repeats 1     # quick
+    python -m bench.connect --format iceberg --rows 1000000 --changes 10000 --runs 4 --repeats 2
 
 With `--fresh` it also times what a sensor tick costs: a fresh `dagster asset materialize` process
 (bench.fresh's) whose change run (`--fresh-changes` into `--fresh-rows`) goes over the warm
@@ -20,17 +22,19 @@ server, against dagster-iceberg's change run in a fresh process (../shared/bench
 `--dgi-python`'s virtualenv: no JVM either); target <= 0.8. Both continue a table their own
 untimed first process loaded.
 
-Needs PySpark 4 (its wheel ships the Connect server) and the Delta jars in the local Maven
-repository (tests/maven_jars.py). Prints ONE JSON line: every process's change-run seconds, the
+Needs PySpark 4 (its wheel ships the Connect server) and the Delta jars (Iceberg: its runtime and
+SQLite's JDBC driver) in the local Maven repository (tests/maven_jars.py). Prints ONE JSON line: every process's change-run seconds, the
 medians, and connect / classic per source (target <= 1.2), and a markdown table on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 from bench import common
@@ -41,19 +45,51 @@ FRESH_TARGET = 0.8
 SOURCES = ("rows", "frame")
 
 
-def server_conf(shuffle_partitions: int) -> dict[str, str]:
-    """The Connect server's Spark settings: the classic driver's (bench.common), Delta's."""
+def server_conf(shuffle_partitions: int, table_format: str, folder: Path) -> dict[str, str]:
+    """The Connect server's Spark settings: the classic driver's (bench.common), and Delta's or
+    the Iceberg catalog's (`iceberg_catalog`)."""
     from dagster_incremental.spark.delta.session_setup import DELTA_CATALOG, DELTA_EXTENSIONS, delta_jars
+    from dagster_incremental.spark.iceberg.session_setup import ICEBERG_EXTENSIONS
 
-    return {**common.spark_extra_conf("local[*]", shuffle_partitions), "spark.master": "local[*]",
-            "spark.jars": delta_jars(), "spark.sql.extensions": DELTA_EXTENSIONS,
-            "spark.sql.catalog.spark_catalog": DELTA_CATALOG, "spark.sql.session.timeZone": "UTC"}
+    conf = {**common.spark_extra_conf("local[*]", shuffle_partitions), "spark.master": "local[*]",
+            "spark.sql.session.timeZone": "UTC"}
+    if table_format == "iceberg":
+        return {**conf, **iceberg_catalog(folder), "spark.sql.extensions": ICEBERG_EXTENSIONS}
+    return {**conf, "spark.jars": delta_jars(), "spark.sql.extensions": DELTA_EXTENSIONS,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
 
 
-def one_process(args: argparse.Namespace, source: str, remote: str | None) -> list[float]:
+def iceberg_catalog(folder: Path) -> dict[str, str]:
+    """Catalog `lake`: Iceberg's JDBC catalog on a SQLite file in `folder` (what a JDBC or REST
+    catalog is over Connect: a service both the server and the run's process reach), with the
+    runtime and driver jars of the local Maven repository."""
+    from maven_jars import s3_jars, sqlite_jar
+
+    jars, driver = s3_jars(), sqlite_jar()
+    if jars is None or driver is None:
+        raise SystemExit("the Iceberg runtime or SQLite's JDBC driver is not in the local Maven repository "
+                         "(python3 tests/maven_jars.py lists them)")
+    prefix = f"spark.sql.catalog.{common.CATALOG}"
+    return {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": f"jdbc:sqlite:{folder}/catalog.db", f"{prefix}.warehouse": f"{folder}/iceberg",
+            f"{prefix}.jdbc.schema-version": "V1", "spark.jars": ",".join([*jars, driver])}
+
+
+def lake_file(folder: Path) -> Path:
+    """bench.orders' `--lake`: the Iceberg catalog, a namespace of each process's own."""
+    namespace = f"bench_{uuid.uuid4().hex[:8]}"
+    path = folder / f"{namespace}.json"
+    path.write_text(json.dumps({"catalog": common.CATALOG, "namespace": namespace, "warehouse": f"{folder}/iceberg",
+                                "spark_config": iceberg_catalog(folder)}))
+    return path
+
+
+def one_process(args: argparse.Namespace, source: str, remote: str | None, folder: Path) -> list[float]:
     """The change runs' seconds of one bench.orders process."""
-    cmd = [sys.executable, "-m", "bench.orders", "--format", "delta", "--source", source, "--rows", str(args.rows),
-           "--changes", str(args.changes), "--runs", str(args.runs), "--no-phases", *(["--remote", remote] if remote else [])]
+    lake = ["--lake", str(lake_file(folder))] if args.format == "iceberg" else []
+    cmd = [sys.executable, "-m", "bench.orders", "--format", args.format, "--source", source, "--rows", str(args.rows),
+           "--changes", str(args.changes), "--runs", str(args.runs), "--no-phases", *lake,
+           *(["--remote", remote] if remote else [])]
     record, _ = common.run_json(cmd, REPO)
     after = args.rows + (args.runs - 1) * (args.changes - args.changes // 2)  # half of each change is new ids
     if record["table_rows"] != after:
@@ -107,6 +143,7 @@ def _expect(what: str, got: int | None, want: int) -> None:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--format", choices=["delta", "iceberg"], default="delta")
     ap.add_argument("--changes", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=4, help="run 0 (the load) and runs - 1 change runs per process")
     ap.add_argument("--repeats", type=int, default=2)
@@ -118,21 +155,24 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dgi-python", default="/tmp/peer-dgi/bin/python")
     args = ap.parse_args(argv)
     sources = [s for s in args.sources.split(",") if s]
+    if args.fresh and args.format != "delta":
+        raise SystemExit("--fresh times Delta's fresh process against dagster-iceberg's: leave --format delta")
     sys.path.insert(0, str(REPO / "tests"))  # the tests' Connect server: started, awaited and stopped the same way
     from connect_server import ConnectServer
 
     seconds: dict[str, list[float]] = {f"{mode}_{s}": [] for s in sources for mode in ("classic", "connect")}
     fresh: dict[str, list[float]] = {"ours": [], "ours_script": [], "dgi": []}
     with tempfile.TemporaryDirectory(prefix="bench_connect_") as folder:
-        server = ConnectServer(base=Path(folder), warehouse=folder, session_conf=server_conf(4)).start()
+        base = Path(folder)
+        server = ConnectServer(base=base, warehouse=folder, session_conf=server_conf(4, args.format, base)).start()
         try:
             if sources:  # warm the server: its JIT, its first MERGE (untimed)
-                one_process(args, sources[0], server.url)
+                one_process(args, sources[0], server.url, base)
             for rep in range(args.repeats):
                 for source in sources:
                     modes = [("classic", None), ("connect", server.url)]
                     for mode, remote in modes if rep % 2 == 0 else modes[::-1]:
-                        seconds[f"{mode}_{source}"] += one_process(args, source, remote)
+                        seconds[f"{mode}_{source}"] += one_process(args, source, remote, base)
                 if args.fresh:
                     for unit, wall in fresh_change_runs(args, server.url, rep).items():
                         fresh[unit].append(wall)
@@ -140,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
             server.stop()
     median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
     ratios = {s: common.ratio(median[f"connect_{s}"], median[f"classic_{s}"]) for s in sources}
-    record = {"bench": "connect", "rows": args.rows, "changes": args.changes, "runs": args.runs, "repeats": args.repeats,
+    record = {"bench": "connect", "format": args.format, "rows": args.rows, "changes": args.changes, "runs": args.runs, "repeats": args.repeats,
               "seconds": seconds, "median": median, "connect_vs_classic": ratios, "target": TARGET,
               "meets": {s: r is not None and r <= TARGET for s, r in ratios.items()}, **common.machine()}
     if args.fresh:
@@ -160,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
              ["dagster-iceberg (PyArrow IO manager)", common.seconds(fresh_median["dgi"]), ""]]))
     if sources:
         common.log(common.markdown(
-            [f"change run, {args.changes:,} rows into {args.rows:,} (Delta, median of {args.repeats * (args.runs - 1)})",
+            [f"change run, {args.changes:,} rows into {args.rows:,} ({args.format}, median of {args.repeats * (args.runs - 1)})",
              "classic", "over Connect", "connect / classic"],
             [[s, common.seconds(median[f"classic_{s}"]), common.seconds(median[f"connect_{s}"]),
               f"{ratios[s]:.2f} (≤ {TARGET:g}: {'met' if record['meets'][s] else 'no'})" if ratios[s] else ""]

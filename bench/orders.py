@@ -130,14 +130,19 @@ def table_files(spark, ref) -> dict[str, int]:
         log = DeltaLog(ref.location)
         newest = log.commit(log.current_version() or 0)
         return {"operation": newest.operation if newest is not None else None}
-    table = ref.sql
-    iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-    iceberg.refresh()
-    snapshot = iceberg.currentSnapshot()
-    summary = dict(snapshot.summary()) if snapshot is not None else {}
+    from dagster_incremental.spark.connect import is_connect
+
+    if is_connect(spark):  # no Iceberg Table object here: the metadata table (one Spark job)
+        row = spark.sql(f"SELECT operation, summary FROM {ref.sql}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
+        operation, summary = (row.operation, dict(row.summary)) if row is not None else (None, {})
+    else:
+        iceberg = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref.sql)
+        iceberg.refresh()
+        snapshot = iceberg.currentSnapshot()
+        summary = dict(snapshot.summary()) if snapshot is not None else {}
+        operation = str(snapshot.operation()) if snapshot is not None else None
     keys = ("total-data-files", "total-delete-files", "total-position-deletes", "added-delete-files")
-    return {k.replace("total-", "").replace("-", "_"): int(summary.get(k, 0)) for k in keys} | {
-        "operation": str(snapshot.operation()) if snapshot is not None else None}
+    return {k.replace("total-", "").replace("-", "_"): int(summary.get(k, 0)) for k in keys} | {"operation": operation}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
     ap.add_argument("--lake", help="a JSON file naming another catalog (bench/lake.py: REST over S3)")
     ap.add_argument("--format", choices=["iceberg", "delta"], default="iceberg", help="the tables' format")
-    ap.add_argument("--remote", help="run over this Spark Connect server (sc://host:port; Delta only)")
+    ap.add_argument("--remote", help="run over this Spark Connect server (sc://host:port; Delta, or Iceberg in a --lake JDBC or REST catalog)")
     ap.add_argument("--source", choices=["rows", "frame"], default="rows",
                     help="the asset gives dict rows (default) or a DataFrame of the IO manager's session")
     args = ap.parse_args(argv)

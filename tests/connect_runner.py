@@ -23,6 +23,9 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
                 records it
     delay       seconds, for kill (default 0.3)
     lease_seconds  how soon a killed run's S3 commit lease may be taken over (default: the library's)
+    then_rows   after the run, a second run of the asset in this same process with these rows
+    count       after the runs, count the asset's table through the run's own Spark session
+                (`rows_seen` in the metadata): what a downstream asset of the same process reads
 Prints one JSON line: success, the failure's message, the materialization's metadata, what the
 fence caught, the java processes this process started.
 """
@@ -222,6 +225,10 @@ def main() -> None:
     io = SparkTableIOManager.from_config("config/config.toml")
     result = dg.materialize(assets, resources={"io_manager": io}, instance=dg.DagsterInstance.get(),
                             partition_key=run.get("partition"), run_config=run_config, raise_on_error=False)
+    if result.success and run.get("then_rows"):
+        again = build_asset({**run, "rows": run["then_rows"]})
+        result = dg.materialize(again if isinstance(again, list) else [again], resources={"io_manager": io},
+                                instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False)
     message = None
     if not result.success:
         error, parts = result.get_step_failure_events()[0].step_failure_data.error, []
@@ -233,6 +240,8 @@ def main() -> None:
     for event in result.get_asset_materialization_events():
         metadata.update({k: v.value for k, v in event.step_materialization_data.materialization.metadata.items()
                          if k.startswith("dagster_incremental/") or k in ("dagster/row_count", "read_back", "total")})
+    if result.success and run.get("count"):
+        metadata["rows_seen"] = io.spark.table(io.table_name(dg.AssetKey(run["asset"])).sql).count()
     print(json.dumps({"success": result.success, "message": message, "metadata": metadata, "caught": CAUGHT,
                       "java": java_children()}, default=str))
 

@@ -106,6 +106,19 @@ def test_every_disposition_runs_over_connect_without_a_jvm(frame, catalog, conne
     assert done["metadata"]["dagster_incremental/rows_deleted"] == 2
 
 
+def test_what_the_run_committed_in_process_is_what_its_connect_session_reads_next(catalog, connect_server, tmp_path):
+    """Local rows upserted by pyiceberg in the run's process (no statement on the server): the
+    server's session caches the table, and its next read in that process (a downstream asset, a
+    second run) sees the new commit all the same."""
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    seen = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 1]],
+              then_rows=[[2, 21, 2], [3, 30, 2]], count=True)
+    assert seen["success"], seen["message"]
+    assert seen["metadata"]["rows_seen"] == 3
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 21), (3, 30)]
+
+
 def test_a_full_refresh_over_connect_replaces_the_table_and_resets_the_cursor(rest_catalog, connect_server, tmp_path):
     url, catalog = connect_server.url, rest_catalog
     folder = project(tmp_path, url, catalog)

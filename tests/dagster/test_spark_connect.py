@@ -164,3 +164,19 @@ def test_a_process_marked_as_connect_is_refused_before_a_jvm_starts_or_a_table_e
     assert "[spark] master" in seen["message"] and "sc://" not in seen["message"]
     assert not seen["jvm"]  # refused before the library started a driver JVM
     assert not (warehouse / "marked" / "orders_m").exists()
+
+
+def test_local_rows_of_several_arrow_batches_become_a_connect_dataframe(connect):
+    """Local rows go to a Connect server as Arrow: a string column of several Arrow batches (what
+    a run's pages become) is sent whole, where pandas 3 would have kept it chunked and PySpark's
+    Connect serializer refused it."""
+    import pyarrow as pa
+
+    from dagster_incremental.spark.local.rows import LocalRows
+    from dagster_incremental.spark.local.stage import arrow_to_spark
+
+    pages = [pa.table({"id": pa.array(range(i, i + 3), pa.int64()), "name": [f"n{j}" for j in range(i, i + 3)]})
+             for i in (0, 3, 6)]
+    frame = arrow_to_spark(connect, LocalRows.of(pa.concat_tables(pages)))
+    got = sorted((r["id"], r["name"]) for r in frame.collect())
+    assert got == [(i, f"n{i}") for i in range(9)]

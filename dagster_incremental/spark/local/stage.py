@@ -308,7 +308,10 @@ def arrow_to_spark(spark, rows: Any):
     spark_schema = spark_schema_of_arrow(schema)
     frame = None
     for chunk in rows.chunks():
-        part = spark.createDataFrame(chunk.cast(schema).to_pandas(), schema=spark_schema)
+        # Connect (PySpark 4) takes Arrow as it is; through pandas 3, a string column of several
+        # Arrow batches stays a chunked array, which its serializer refuses.
+        data = chunk.cast(schema) if over_connect else chunk.cast(schema).to_pandas()
+        part = spark.createDataFrame(data, schema=spark_schema)
         # Spark makes one partition per Arrow batch (10,000 rows): 100 tasks and 100 small files
         # for 1M rows. Partitions of ~ROWS_PER_PARTITION write the same rows 3-5x faster
         # (measured); not fewer: a local partition's rows travel inside its task.

@@ -104,16 +104,14 @@ def _system_memory_pool() -> Iterator[None]:
 
 
 def _refresh_spark_cache(table_sql: str) -> None:
-    """A Spark session of this process caches the table: its next read must see this commit.
-    Never starts a session."""
+    """A Spark session of this process caches the table (a Connect session: the server, for this
+    session): its next read must see this commit. Never starts a session."""
     if "pyspark.sql" not in sys.modules:
         return
     from pyspark.sql import SparkSession
 
-    from dagster_incremental.spark.connect import is_connect
-
     session = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if session is not None and not is_connect(session):  # a Connect session's server holds no cache of ours
+    if session is not None:
         session.catalog.refreshTable(table_sql)
 
 
