@@ -30,7 +30,7 @@ settings.load_profile("suite")
 # Modules of a minute or more (processes racing, a cluster, the example, long model runs): they
 # start first, longest first, so that the two workers finish together instead of one running them
 # at the end. test_connect_delta (PySpark 4 only) is the second line's longest, about 9 minutes.
-SLOW_FIRST = ("test_connect_delta", "test_race_without_pool", "test_cluster", "test_example_model",
+SLOW_FIRST = ("test_connect_delta", "test_connect_iceberg", "test_race_without_pool", "test_cluster", "test_example_model",
               "test_model_based", "test_exactly_once", "test_faults", "test_concurrency", "test_code_location",
               "test_lake")
 
@@ -40,7 +40,8 @@ SLOW_FIRST = ("test_connect_delta", "test_race_without_pool", "test_cluster", "t
 # `Changes` chains, the cursor on every input kind, Spark's errors told by class, Delta's own
 # reads and writes through Delta's jars of that line (test_delta: checkpoints, restores, column
 # mapping, which a Delta jar built for another patch of the line broke), Delta written over a
-# Spark Connect server with no JVM in the run's process (test_connect_delta), and the
+# Spark Connect server with no JVM in the run's process (test_connect_delta), Iceberg's in a JDBC
+# and a REST catalog too (test_connect_iceberg), and the
 # example code location's README runs (test_code_location: `python -m definitions`, `dagster asset
 # materialize` twice). Not test_example_model: it checks the example's partition plan and column
 # docs, the same on every line, and its one Spark run (about 100 s on 4.1) is a delete-insert by
@@ -48,7 +49,7 @@ SLOW_FIRST = ("test_connect_delta", "test_race_without_pool", "test_cluster", "t
 EVERY_LINE = ("test_faults", "test_concurrency", "test_exactly_once", "test_race_without_pool", "test_commit",
               "test_commit_lock", "test_branch_commit", "test_merge_strategies", "test_changes",
               "test_errors", "test_incremental", "test_code_location", "test_local_merge", "test_spark_connect",
-              "test_delta", "test_connect_delta")
+              "test_delta", "test_connect_delta", "test_connect_iceberg")
 
 # Modules whose tests check planning, metadata and messages through a table: on every catalog
 # kind they would repeat the commit, race and fault paths that EVERY_LINE modules already prove on

@@ -68,9 +68,11 @@ def go(folder: Path, url: str, catalog, **run_args) -> dict:
     return run(folder, url, env=catalog.environment(), **run_args)
 
 
-@pytest.mark.parametrize("frame", [True, False], ids=["connect-frame", "dict-rows"])
-def test_every_disposition_runs_over_connect_without_a_jvm(frame, catalog, connect_server, tmp_path):
-    url = connect_server.url
+@pytest.mark.parametrize(("kind", "frame"), [(REST, True), (JDBC, False)], ids=["rest-connect-frame", "jdbc-dict-rows"])
+def test_every_disposition_runs_over_connect_without_a_jvm(kind, frame, connect_server, tmp_path, request):
+    """Each catalog with one kind of input (a Connect DataFrame; dict rows, which pyiceberg
+    commits in the run's process where it can and the server writes otherwise)."""
+    url, catalog = connect_server.url, request.getfixturevalue(f"{kind}_catalog")
     folder = project(tmp_path, url, catalog)
     first = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 2]], frame=frame)
     assert first["success"], first["message"]
@@ -106,11 +108,11 @@ def test_every_disposition_runs_over_connect_without_a_jvm(frame, catalog, conne
     assert done["metadata"]["dagster_incremental/rows_deleted"] == 2
 
 
-def test_what_the_run_committed_in_process_is_what_its_connect_session_reads_next(catalog, connect_server, tmp_path):
+def test_what_the_run_committed_in_process_is_what_its_connect_session_reads_next(jdbc_catalog, connect_server, tmp_path):
     """Local rows upserted by pyiceberg in the run's process (no statement on the server): the
     server's session caches the table, and its next read in that process (a downstream asset, a
     second run) sees the new commit all the same."""
-    url = connect_server.url
+    url, catalog = connect_server.url, jdbc_catalog
     folder = project(tmp_path, url, catalog)
     seen = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 1]],
               then_rows=[[2, 21, 2], [3, 30, 2]], count=True)
@@ -237,12 +239,12 @@ def _settled(folder: Path, catalog, quiet: float = 5.0) -> None:
             seen, since = now, time.monotonic()
 
 
-@pytest.mark.parametrize("point", ["during-commit", "after-commit"])
-def test_a_run_killed_while_it_commits_over_connect_is_healed_by_the_next(point, catalog, connect_server, tmp_path):
+@pytest.mark.parametrize(("kind", "point"), [(REST, "during-commit"), (REST, "after-commit"), (JDBC, "during-commit")])
+def test_a_run_killed_while_it_commits_over_connect_is_healed_by_the_next(kind, point, connect_server, tmp_path, request):
     """SIGKILL while the server runs the commit's statement, or after the run published its
     branch and before Dagster recorded the run: the next run loads every row exactly once (an
     append doubles any row loaded twice) and its cursor is the source's newest."""
-    url = connect_server.url
+    url, catalog = connect_server.url, request.getfixturevalue(f"{kind}_catalog")
     folder = project(tmp_path, url, catalog)
     source = [[1, 10, 1]]
     assert go(folder, url, catalog, asset="orders", disposition="append", rows=source, frame=True)["success"]
