@@ -237,7 +237,7 @@ PHASES = (
     "dagster_incremental.spark.iceberg.commit:with_commit_properties",
     "dagster_incremental.spark.statistics:commit_result",
     "dagster_incremental.spark.statistics:_changed_rows",
-    "dagster_incremental.spark.statistics:find_snapshot",
+    "dagster_incremental.spark.iceberg.snapshots:Snapshots.find",
     "dagster_incremental.spark.iceberg.commit:read_committed_state",
     # the rest of a run: the asset's compute up to its Output, the IO manager, the checks after it
     "dagster_incremental.dagster.run:Runner._run",
@@ -252,6 +252,8 @@ PHASES = (
     "dagster_incremental.spark.statistics:_schema",
     "dagster_incremental.spark.iceberg.commit:RunBranch.take",
     "dagster_incremental.spark.iceberg.commit:RunBranch.publish",
+    "dagster_incremental.spark.iceberg.branch:CatalogBranch.take",
+    "dagster_incremental.spark.iceberg.branch:CatalogBranch.publish",
     "dagster_incremental.spark.iceberg.metadata:read_metadata",
 )
 

@@ -67,11 +67,11 @@ def commit_result(
     write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
     already known to the writer (the local merge matched the batch's keys itself).
     """
-    snapshot = _own_snapshot(spark, commit)
-    if snapshot is None:
-        snapshot = _record_empty_commit(spark, commit)
-        kind = "summary"
     snapshots = commit.snapshots(spark)
+    snapshot = snapshots.find(commit.commit_id)
+    if snapshot is None:  # the statement made no commit
+        snapshot = _record_empty_commit(spark, commit, snapshots)
+        kind = "summary"
     if counts is None and kind == "window" and window is not None:
         counts = _window_net(spark, commit.spec.table, snapshot, window, keys, snapshots)
     elif counts is None:
@@ -145,18 +145,13 @@ def resolve_column(table: TableRef, schema: T.StructType, name: str) -> str:
     )
 
 
-def _own_snapshot(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo | None:
-    """The snapshot the commit made, found by its commit id (None: the statement made none)."""
-    return commit.snapshots(spark).find(commit.commit_id)
-
-
-def _record_empty_commit(spark: SparkSession, commit: PendingCommit) -> SnapshotInfo:
+def _record_empty_commit(spark: SparkSession, commit: PendingCommit, snapshots: Snapshots) -> SnapshotInfo:
     """The statement made no commit (nothing changed): record the cursor with an empty append
     so the table still knows this run happened. Still one commit for the run."""
     table = commit.table
     schema = spark.table(table.sql).schema
     spark.createDataFrame([], schema).writeTo(table.sql).options(**write_options(commit.properties)).append()
-    snapshot = _own_snapshot(spark, commit)
+    snapshot = snapshots.find(commit.commit_id)
     if snapshot is None:  # pragma: no cover - Iceberg always commits an append
         raise RuntimeError(f"table {table}: the commit {commit.commit_id} is not in its snapshots")
     return snapshot

@@ -46,10 +46,6 @@ class Snapshots(ABC):
     @abstractmethod
     def get(self, snapshot_id: int) -> SnapshotInfo | None: ...
 
-    @abstractmethod
-    def last_sequence_number(self) -> int:
-        """Advanced by every snapshot on any branch: whether another writer committed meanwhile."""
-
     def lineage(self, snapshot_id: int | None) -> Iterator[SnapshotInfo]:
         """`snapshot_id` and its parents, newest first, read lazily."""
         while snapshot_id is not None:
@@ -84,9 +80,6 @@ class JavaSnapshots(Snapshots):
 
     def get(self, snapshot_id: int) -> SnapshotInfo | None:
         return self._info(self.table.snapshot(snapshot_id))
-
-    def last_sequence_number(self) -> int:
-        return int(self.table.operations().refresh().lastSequenceNumber())
 
     def _info(self, snapshot: Any) -> SnapshotInfo | None:
         if snapshot is None:
@@ -125,6 +118,8 @@ class CatalogSnapshots(Snapshots):
                             committed_at=_utc(raw["timestamp-ms"]))
 
     def last_sequence_number(self) -> int:
+        """The catalog's newest, advanced by every snapshot on any branch: whether another writer
+        committed since (spark/iceberg/commit.py's moved check)."""
         self.refresh()
         return int(self.metadata.raw.get("last-sequence-number", 0)) if self.metadata is not None else 0
 
