@@ -56,9 +56,10 @@ def refusal(catalog: str) -> str:
     """Why an Iceberg table of `catalog` cannot be written over Connect, and what to set."""
     prefix = f"spark.sql.catalog.{catalog}"
     return (f"which writes Iceberg tables only in a JDBC or REST catalog that this process reaches too (the "
-            f"run checks its cursor and commits by compare-and-set through it); config.toml [spark.conf] makes "
-            f"catalog {catalog!r} neither. Set \"{prefix}.type\" = \"jdbc\" or \"rest\" with \"{prefix}.uri\" "
-            "and its credentials in secrets.toml, the catalog the Connect server is configured with "
+            f"run checks its cursor and commits by compare-and-set through it); config.toml [spark.conf] does not "
+            f"make catalog {catalog!r} one (a REST catalog over http(s), or a JDBC catalog on PostgreSQL or on a "
+            f"SQLite file). Set \"{prefix}.type\" = \"jdbc\" or \"rest\" with \"{prefix}.uri\" and its "
+            "credentials in secrets.toml, the catalog the Connect server is configured with "
             "(docs/clusters-and-catalogs.md)")
 
 
