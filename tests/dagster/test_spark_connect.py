@@ -166,10 +166,13 @@ def test_a_process_marked_as_connect_is_refused_before_a_jvm_starts_or_a_table_e
     assert not (warehouse / "marked" / "orders_m").exists()
 
 
-def test_local_rows_of_several_arrow_batches_become_a_connect_dataframe(connect):
-    """Local rows go to a Connect server as Arrow: a string column of several Arrow batches (what
-    a run's pages become) is sent whole, where pandas 3 would have kept it chunked and PySpark's
-    Connect serializer refused it."""
+@pytest.mark.parametrize("over_connect", [True, False], ids=["connect", "classic"])
+def test_local_rows_of_several_arrow_batches_become_a_dataframe_without_a_row_by_row_fallback(over_connect, request):
+    """Local rows reach PySpark 4 as Arrow: a string column of several Arrow batches (what a run's
+    pages become) is sent whole, where pandas 3 would have kept it chunked, for PySpark's Connect
+    serializer to refuse and its classic session to convert row by row (with a warning)."""
+    import warnings
+
     import pyarrow as pa
 
     from dagster_incremental.spark.local.rows import LocalRows
@@ -177,6 +180,9 @@ def test_local_rows_of_several_arrow_batches_become_a_connect_dataframe(connect)
 
     pages = [pa.table({"id": pa.array(range(i, i + 3), pa.int64()), "name": [f"n{j}" for j in range(i, i + 3)]})
              for i in (0, 3, 6)]
-    frame = arrow_to_spark(connect, LocalRows.of(pa.concat_tables(pages)))
-    got = sorted((r["id"], r["name"]) for r in frame.collect())
+    session = request.getfixturevalue("connect" if over_connect else "spark")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the classic session's row-by-row fallback warns
+        frame = arrow_to_spark(session, LocalRows.of(pa.concat_tables(pages)))
+        got = sorted((r["id"], r["name"]) for r in frame.collect())
     assert got == [(i, f"n{i}") for i in range(9)]
