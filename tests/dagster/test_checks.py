@@ -91,6 +91,25 @@ def test_primary_key_unique_fails_on_a_key_loaded_twice(instance, where):
     assert values(check)["duplicated_keys"] == 1 and values(check)["example_keys"] == [1]
 
 
+def test_a_run_that_used_spark_has_its_keys_counted_in_the_process(spark, instance, where, monkeypatch):
+    """A run whose batch is a Spark DataFrame (so Spark is running) still has its keys counted
+    from the key columns in this process, not by a Spark job: the same duplicates are found."""
+    config, io = where
+    source = {"day": 1}
+    default = incremental("updated", initial_value=0)
+
+    def frame(updated: Incremental = default):
+        return spark.createDataFrame([(1, source["day"]), (2, source["day"])], "id long, updated long")
+
+    asset = incremental_asset(primary_key="id", config_path=config)(frame)
+    monkeypatch.setattr(type(io.tables), "duplicate_keys", lambda *a, **k: pytest.fail("counted by a Spark job"))
+    assert evaluations(materialize(asset, instance, io))["primary_key_unique"].passed
+    source["day"] = 2  # keys 1 and 2 again, with a newer cursor: appended
+    check = evaluations(materialize(asset, instance, io))["primary_key_unique"]
+    assert not check.passed and values(check)["duplicated_keys"] == 2
+    assert sorted(values(check)["example_keys"]) == [1, 2]
+
+
 def test_an_upsert_keeps_keys_unique_without_a_count_until_another_writer_commits(spark, instance, where, monkeypatch):
     """A table this run created from its deduplicated batch, and after that a run whose only
     commits are its MERGE on the key, pass without a Spark aggregation; a commit by another writer (here a plain INSERT of a duplicate) makes the next
