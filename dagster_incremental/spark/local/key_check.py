@@ -1,12 +1,12 @@
-"""Duplicate primary keys counted in this process, for the `primary_key_unique` asset check of a
-run that committed without a JVM (pyiceberg, delta-rs).
+"""Duplicate primary keys counted in this process, for the `primary_key_unique` asset check.
 
-Why: the check of such a run used to start Spark for one aggregation (20 - 55 s in a fresh
-process under load) after a commit that took a second. Here only the key columns (and scd2's
-valid-to column) of the pinned snapshot are read, by pyiceberg's Arrow scan or delta-rs's Arrow
-dataset, and grouped by pyarrow: the same answer as spark/key_check.py (NULL keys group together),
-vectorised. Tables above MAX_ROWS, a window's rows and a value pyarrow cannot compare are left to
-Spark (None), whose aggregation spills to disk.
+Why: a run that committed without a JVM (pyiceberg, delta-rs) would otherwise start Spark for one
+aggregation (20 - 55 s in a fresh process under load), and even with Spark running its job costs
+5-50 times this read (bench.key_check). Only the key columns (and scd2's valid-to column) of the
+pinned snapshot are read, by pyiceberg's Arrow scan or delta-rs's Arrow dataset, and grouped by
+pyarrow: the same answer as spark/key_check.py (NULL keys group together), vectorised. Tables
+above MAX_ROWS, a window's rows and a value pyarrow cannot compare are left to Spark (None), whose
+aggregation spills to disk.
 """
 
 from __future__ import annotations
