@@ -10,7 +10,8 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
     asset       "orders" (unpartitioned: id, amount, updated_at), "events" (daily partitions
                 from `start`: event_id, value, event_time) or "plain" (a plain asset's
                 DataFrame of orders, and a downstream asset reading it back) or "chain" (orders,
-                and `orders_copy` upserting the rows of its `Changes`)
+                and `orders_copy` upserting the rows of its `Changes`; the rows it received
+                are printed as `changes_read`)
     disposition the write_disposition (a name or a table)
     rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
     frame       give the rows as a Spark Connect DataFrame (else as dict rows)
@@ -41,6 +42,7 @@ import time
 from pathlib import Path
 
 CAUGHT: list[str] = []
+CHANGES_READ: list[list] = []  # the `Changes` rows orders_copy received: [id, amount, _change_type]
 
 
 class _NoJvm:
@@ -151,6 +153,7 @@ def build_asset(run: dict):
         @incremental_asset(primary_key="id", write_disposition={"disposition": "merge", "strategy": "upsert"},
                            config_path="config/config.toml")
         def orders_copy(orders: Changes):
+            CHANGES_READ[:] = sorted([r["id"], r["amount"], r["_change_type"]] for r in orders.df.collect())
             return orders.upserts()  # the rows the upstream's commits since the last run added or changed
         return [orders, orders_copy]
 
@@ -243,7 +246,7 @@ def main() -> None:
     if result.success and run.get("count"):
         metadata["rows_seen"] = io.spark.table(io.table_name(dg.AssetKey(run["asset"])).sql).count()
     print(json.dumps({"success": result.success, "message": message, "metadata": metadata, "caught": CAUGHT,
-                      "java": java_children()}, default=str))
+                      "changes_read": CHANGES_READ, "java": java_children()}, default=str))
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from dagster_incremental.spark.local.stage import is_spark_frame
 from dagster_incremental.spark.session_conf import spark_conf
 from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.destination import tables_for
-from dagster_incremental.spark.table_format import Log, Tables
+from dagster_incremental.spark.destination import changes_for, tables_for
+from dagster_incremental.spark.table_format import Log, Tables, UpstreamChanges
 from dagster_incremental.spark.write_spec import IncrementalBatch, WindowReplace, WriteResult, WriteSpec
 
 _SERVICE_LOCK = threading.Lock()
@@ -160,6 +160,10 @@ class SparkTableIOManager(dg.ConfigurableIOManager):
             catalog=self.catalog,
             warehouse=_absolute_warehouse(self.warehouse),
         )
+
+    def upstream_changes(self) -> UpstreamChanges:
+        """How this destination's format reads an upstream table's changes (`Changes`)."""
+        return changes_for(lambda: self.tables.conf, self.table_format)
 
     def table_name(self, asset_key: dg.AssetKey) -> TableRef:
         """`catalog`.`namespace`.`asset`, key-prefix parts joined with `__` (a Delta table also

@@ -57,11 +57,10 @@ class UpstreamInputs:
         """What each slice of the run reads of each parameter's upstream: from the cursor in
         `state` (everything when `restart`) to the upstream's current snapshot, cut into reads
         of at most `commits_per_slice` upstream commits (one upstream, checked at definition)."""
-        from dagster_incremental.spark.destination import changes_for
         from dagster_incremental.spark.upstream_changes import check_same_table
 
         cursors = {} if restart or not state else (state.get(UPSTREAM) or {})
-        reads, changes = {}, changes_for(io.table_format)
+        reads, changes = {}, io.upstream_changes()
         for name, key in self.keys.items():
             table = io.table_name(key)
             history, current = changes.snapshot_history(io.spark, table)
@@ -84,10 +83,9 @@ class UpstreamInputs:
              window: tuple[Any, Any, str] | None = None) -> dict[str, Changes]:
         """Each parameter's changes as `reads` plans them; window (start, end, column): only the
         changed rows whose column lies in [start, end)."""
-        from dagster_incremental.spark.destination import changes_for
         from dagster_incremental.spark.upstream_changes import read_changes, rows_in_window
 
-        out, changes = {}, changes_for(io.table_format)
+        out, changes = {}, io.upstream_changes()
         for name, read in reads.items():
             table = io.table_name(self.keys[name])
             context.log.info(
@@ -109,9 +107,8 @@ class UpstreamInputs:
         a first run or full refresh (every upstream row) nor when the commits read touched more
         than SMALL_CHANGE_ROWS rows (the output would then be computed twice: collected in
         vain, then written by Spark), else up to SMALL_CHANGE_ROWS."""
-        from dagster_incremental.spark.destination import changes_for
 
-        changes = changes_for(io.table_format)
+        changes = io.upstream_changes()
         if not reads or any(read.kind == "full" for read in reads.values()):
             return 0
         written = 0
@@ -125,9 +122,8 @@ class UpstreamInputs:
         read (a full read: the rows the upstream held at that snapshot; else the rows the
         commits read added or deleted, by their summaries)."""
         from dagster_incremental.cursor.values import format_instant
-        from dagster_incremental.spark.destination import changes_for
 
-        out, changes = {}, changes_for(io.table_format)
+        out, changes = {}, io.upstream_changes()
         for name, key in self.keys.items():
             parts = [per_slice[name] for per_slice in reads if name in per_slice]
             if not parts:

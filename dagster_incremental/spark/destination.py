@@ -17,6 +17,6 @@ def tables_for(conf: Callable[[], Mapping[str, str]], table_format: str, warehou
     return FORMATS.get(table_format, iceberg).open_tables(conf, warehouse)
 
 
-def changes_for(table_format: str) -> UpstreamChanges:
+def changes_for(conf: Callable[[], Mapping[str, str]], table_format: str) -> UpstreamChanges:
     """How the destination's format reads an upstream table's changes."""
-    return FORMATS.get(table_format, iceberg).upstream_changes()
+    return FORMATS.get(table_format, iceberg).upstream_changes(conf)

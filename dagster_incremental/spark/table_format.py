@@ -55,6 +55,9 @@ class Tables(Protocol):
     def spark_started(self) -> bool: ...
 
     @property
+    def conf(self) -> Mapping[str, str]: ...  # the destination's flat Spark conf, secrets included
+
+    @property
     def over_connect(self) -> bool: ...  # the session is a Spark Connect one ([spark] remote, a format that runs over it)
 
     def start_in_background(self, spec: WriteSpec | None = None) -> None: ...
@@ -111,7 +114,7 @@ class FormatPackage(Protocol):
 
     def open_tables(self, conf: Callable[[], Mapping[str, str]], warehouse: str) -> Tables: ...
 
-    def upstream_changes(self) -> UpstreamChanges: ...
+    def upstream_changes(self, conf: Callable[[], Mapping[str, str]]) -> UpstreamChanges: ...
 
     def session_conf(self, user: Mapping[str, str], catalog: str | None,
                      warehouse: str | Path | None) -> dict[str, str]: ...  # jars, extensions, catalog

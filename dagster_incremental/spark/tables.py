@@ -146,6 +146,11 @@ class SparkTables(ABC, Generic[Now]):
         return self.session.spark
 
     @property
+    def conf(self) -> Mapping[str, str]:
+        """The destination's flat Spark conf (config.toml and secrets.toml), read once."""
+        return self.session.conf
+
+    @property
     def over_connect(self) -> bool:
         """Whether the destination runs over Spark Connect (its batches may then be Connect DataFrames)."""
         return self.session.over_connect

@@ -131,6 +131,32 @@ def test_a_full_refresh_over_connect_replaces_the_table_and_resets_the_cursor(re
     assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"  # back, not the max
 
 
+@pytest.mark.parametrize(("kind", "frame"), [(REST, True), (JDBC, False)], ids=["rest-spark-merge", "jdbc-pyiceberg-upsert"])
+def test_a_changes_chain_reads_only_what_an_iceberg_upstream_committed_since_over_connect(kind, frame, connect_server,
+                                                                                          tmp_path, request):
+    """A downstream asset's `Changes` of an Iceberg upstream, over Connect: the first run reads
+    the whole upstream, the next exactly the rows the upstream's merge changed (the old version
+    of an updated row gone, its new version and a new row inserted), and the downstream's commit
+    carries the upstream snapshot read up to. The upstream's merge is the server's MERGE (its
+    gone rows told by position-delete files) on one catalog and pyiceberg's upsert in the run's
+    process (by data files it removed) on the other."""
+    url, catalog = connect_server.url, request.getfixturevalue(f"{kind}_catalog")
+    folder = project(tmp_path, url, catalog)
+    done = go(folder, url, catalog, asset="chain", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 1]],
+              then_rows=[[2, 21, 2], [3, 30, 2]], frame=frame)
+    assert done["success"], done["message"]
+    assert done["java"] == [] and done["caught"] == []
+    assert done["changes_read"] == [[2, 20, "DELETE"], [2, 21, "INSERT"], [3, 30, "INSERT"]]
+    upstream = loaded(folder, catalog, "orders")
+    told_by = "added-position-delete-files" if frame else "deleted-data-files"  # the path the docstring names
+    assert int(upstream.current_snapshot().summary[told_by]) > 0
+    read = done["metadata"]["dagster_incremental/upstream"]["orders"]
+    assert read["read"] == "changes" and read["snapshot_id"] == str(upstream.metadata.current_snapshot_id)
+    assert ids_amounts(rows(folder, catalog, "orders_copy")) == [(1, 10), (2, 21), (3, 30)]
+    held = committed(folder, catalog, "orders_copy")
+    assert held is not None and held.state["upstream"]["orders"]["snapshot_id"] == upstream.metadata.current_snapshot_id
+
+
 def test_a_run_whose_cursor_went_stale_over_connect_writes_nothing(catalog, connect_server, tmp_path):
     """Run A reads its cursor, then run B commits; A's commit is refused and writes nothing."""
     url = connect_server.url

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from dagster_incremental.cursor.upstream import plan_read
-from dagster_incremental.spark.iceberg import changes as iceberg_changes
+from dagster_incremental.spark.iceberg.changes import IcebergChanges
 from dagster_incremental.spark.upstream_changes import read_changes
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.spark
 
 
 def changes_since(spark, table: TableRef, cursor):
+    iceberg_changes = IcebergChanges()  # classic mode: the driver's Table object, no catalog conf
     history, current = iceberg_changes.snapshot_history(spark, table)
     read = plan_read(table.display, history, current, cursor)
     return read.kind, sorted(tuple(r) for r in read_changes(iceberg_changes, spark, table, read).collect()), current

@@ -26,7 +26,8 @@ def session_conf(user: Mapping[str, str], catalog: str | None, warehouse: str | 
 
     return delta_session_conf(user, catalog, warehouse)
 
-def upstream_changes() -> UpstreamChanges:
+def upstream_changes(conf: Callable[[], Mapping[str, str]]) -> UpstreamChanges:
+    """How an upstream Delta table's changes are read (its log says all; `conf` is not needed)."""
     from dagster_incremental.spark.delta import changes as delta_changes
 
     return delta_changes

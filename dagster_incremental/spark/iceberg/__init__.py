@@ -26,10 +26,12 @@ def session_conf(user: Mapping[str, str], catalog: str | None, warehouse: str | 
 
     return iceberg_session_conf(user, catalog, warehouse)
 
-def upstream_changes() -> UpstreamChanges:
-    from dagster_incremental.spark.iceberg import changes as iceberg_changes
+def upstream_changes(conf: Callable[[], Mapping[str, str]]) -> UpstreamChanges:
+    """How an upstream Iceberg table's changes are read (`conf`: the destination's, whose
+    catalog pyiceberg reaches over Spark Connect)."""
+    from dagster_incremental.spark.iceberg.changes import IcebergChanges
 
-    return iceberg_changes
+    return IcebergChanges(conf)
 
 
 # jdbc:<database>:... -> the Dagster kind of that database

@@ -15,13 +15,19 @@ a Delta upstream's sibling is spark/delta/changes.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot, UpstreamRead
 from dagster_incremental.errors import DataShapeError
+from dagster_incremental.spark.connect import is_connect
+from dagster_incremental.spark.iceberg.change_metadata import (
+    POSITION_DELETES,
+    CatalogChangeMetadata,
+    ChangeMetadata,
+    JavaChangeMetadata,
+)
 from dagster_incremental.spark.iceberg.commit import iceberg_table
-from dagster_incremental.spark.iceberg.storage import TableStorage
 from dagster_incremental.spark.local.stage import arrow_to_spark
 from dagster_incremental.spark.table_ref import TableRef
 
@@ -33,164 +39,152 @@ _FILE, _POS = "_file", "_pos"
 _WRITTEN_ROWS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
 
 
-def snapshot_history(spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
-    """The table's snapshots and its current one (None: no table or no commit yet); no Spark job.
-    The first question of every read: over Spark Connect, refused before anything is written."""
-    _refuse_over_connect(spark, table)
-    if not spark.catalog.tableExists(table.sql):
-        return [], None
-    iceberg = iceberg_table(spark, table)
-    iceberg.refresh()  # another process may have committed since this session cached it
-    history = [
-        Snapshot(snap.snapshotId(), snap.parentId(), snap.operation())
-        for snap in iceberg.snapshots()
-    ]
-    current = iceberg.currentSnapshot()
-    return history, current.snapshotId() if current is not None else None
+class IcebergChanges:
+    """An Iceberg upstream's changes. Its metadata is read where this process has it
+    (change_metadata.py): the driver's Table object in classic mode, the catalog over Spark
+    Connect (`conf`: the destination's flat Spark conf, whose JDBC or REST catalog pyiceberg
+    reaches); its rows are read by the session either way."""
 
+    def __init__(self, conf: Callable[[], Mapping[str, str]] = dict) -> None:
+        self._conf = conf
 
-def _refuse_over_connect(spark, table: TableRef) -> None:
-    """An Iceberg upstream's changes are read through Iceberg's Java API in the Spark driver,
-    which a Spark Connect session does not have here."""
-    from dagster_incremental.errors import IncrementalConfigError
-    from dagster_incremental.spark.connect import is_connect
+    def _metadata(self, spark, table: TableRef) -> ChangeMetadata | None:
+        """The table's metadata as it is now; None: there is no such table."""
+        if is_connect(spark):
+            return self._catalog_metadata(table)
+        if not spark.catalog.tableExists(table.sql):
+            return None
+        return JavaChangeMetadata(spark, iceberg_table(spark, table))
 
-    if is_connect(spark):
-        raise IncrementalConfigError(
-            f"upstream {table.display}: reading an Iceberg table's changes (Changes) over Spark Connect is not "
-            "supported yet (they are read through Iceberg's Java API in the Spark driver). Run this asset's code "
-            "location with a classic session ([spark] master, no [spark] remote or SPARK_REMOTE), or read the "
-            "upstream whole instead of its changes. Nothing was written.")
+    def _catalog_metadata(self, table: TableRef) -> ChangeMetadata | None:
+        from dagster_incremental.spark.connect import refuse_connect
+        from dagster_incremental.spark.iceberg.over_connect import CatalogTables, refusal
 
+        catalog = CatalogTables(self._conf())
+        if not catalog.reaches(table.catalog):
+            refuse_connect(catalog.conf, refusal(table.catalog))  # its destination is in that catalog too
+        loaded = catalog.load(table)
+        return None if loaded is None else CatalogChangeMetadata(*loaded)
 
-def table_id(table: TableRef) -> str | None:
-    """None: Iceberg's snapshot ids are random, so a table created again is told by them alone."""
-    return None
+    def snapshot_history(self, spark, table: TableRef) -> tuple[list[Snapshot], int | None]:
+        """The table's snapshots and its current one (None: no table or no commit yet); no Spark job."""
+        metadata = self._metadata(spark, table)
+        return ([], None) if metadata is None else metadata.history()
 
+    def table_id(self, table: TableRef) -> str | None:
+        """None: Iceberg's snapshot ids are random, so a table created again is told by them alone."""
+        return None
 
-def missing(spark, table: TableRef) -> bool:
-    """Known to be no table (its catalog says so)."""
-    return not spark.catalog.tableExists(table.sql)
+    def missing(self, spark, table: TableRef) -> bool:
+        """Known to be no table (its catalog says so)."""
+        return self._metadata(spark, table) is None
 
+    def rows_written(self, spark, table: TableRef, commits: Sequence[int], above: int) -> int:
+        """How many rows `commits` touched, by their snapshot summaries (no Spark job), counted
+        until the sum passes `above`."""
+        metadata, total = self._metadata(spark, table), 0
+        for snapshot_id in commits:
+            found = metadata.summary(snapshot_id) if metadata is not None else None
+            if found is None:  # expired meanwhile: unknown, so past any bound
+                return above + 1
+            total += sum(int(found[0].get(key) or 0) for key in _WRITTEN_ROWS)
+            if total > above:
+                break
+        return total
 
-def rows_written(spark, table: TableRef, commits: Sequence[int], above: int) -> int:
-    """How many rows `commits` touched, by their snapshot summaries (no Spark job), counted until
-    the sum passes `above`."""
-    iceberg = iceberg_table(spark, table)
-    total = 0
-    for snapshot_id in commits:
-        snapshot = iceberg.snapshot(snapshot_id)
-        if snapshot is None:  # expired meanwhile: unknown, so past any bound
-            return above + 1
-        summary = snapshot.summary()
-        total += sum(int(summary.get(key) or 0) for key in _WRITTEN_ROWS)
-        if total > above:
-            break
-    return total
+    def snapshot_facts(self, spark, table: TableRef, snapshot_id: int, rows: bool) -> tuple[int | None, int | None]:
+        """When `snapshot_id` was committed (epoch milliseconds) and, when `rows`, how many rows
+        the table held then, from its snapshot; None where unknown. No job."""
+        metadata = self._metadata(spark, table)
+        found = metadata.summary(snapshot_id) if metadata is not None else None
+        if found is None:
+            return None, None
+        summary, committed_ms = found
+        total = summary.get("total-records") if rows else None
+        return committed_ms, int(total) if total is not None else None
 
+    def table_at(self, spark, table: TableRef, snapshot_id: int | None):
+        """The table as of one snapshot (lazy: no Spark job until it is used)."""
+        if snapshot_id is None:
+            return spark.table(table.sql)
+        # `versionAsOf`, not Iceberg's own `snapshot-id` (refused from Iceberg 1.12, Spark 4.1), and
+        # through format("iceberg").load: Spark 3.5's `.table()` read ignores `versionAsOf`.
+        return spark.read.format("iceberg").option("versionAsOf", str(int(snapshot_id))).load(table.sql)
 
-def snapshot_facts(spark, table: TableRef, snapshot_id: int, rows: bool) -> tuple[int | None, int | None]:
-    """When `snapshot_id` was committed (epoch milliseconds) and, when `rows`, how many rows the
-    table held then, from its snapshot; None where unknown. No job."""
-    snapshot = iceberg_table(spark, table).snapshot(snapshot_id)
-    if snapshot is None:
-        return None, None
-    total = snapshot.summary().get("total-records") if rows else None
-    return int(snapshot.timestampMillis()), int(total) if total is not None else None
+    def changed_rows(self, spark, table: TableRef, read: UpstreamRead):
+        """(rows inserted, rows gone or None) between `read`'s snapshots: an append read has no gone side."""
+        if read.kind == "append":
+            frame = (
+                spark.read.format("iceberg")
+                .option("start-snapshot-id", str(read.start))
+                .option("end-snapshot-id", str(read.end))
+                .load(table.sql)
+            )
+            return frame, None
+        return self._both_sides(spark, table, read)
 
+    def _both_sides(self, spark, table: TableRef, read: UpstreamRead):
+        from pyspark.sql import functions as F
 
-def table_at(spark, table: TableRef, snapshot_id: int | None):
-    """The table as of one snapshot (lazy: no Spark job until it is used)."""
-    if snapshot_id is None:
-        return spark.table(table.sql)
-    # `versionAsOf`, not Iceberg's own `snapshot-id` (refused from Iceberg 1.12, Spark 4.1), and
-    # through format("iceberg").load: Spark 3.5's `.table()` read ignores `versionAsOf`.
-    return spark.read.format("iceberg").option("versionAsOf", str(int(snapshot_id))).load(table.sql)
+        added, removed, delete_files = self._file_entries(spark, table, read.commits)
+        end, start = self.table_at(spark, table, read.end), self.table_at(spark, table, read.start)
+        columns = end.columns
+        inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
+        located = [*start.columns, _FILE, _POS]
+        gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
+        if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
+            positions, files = self._delete_positions(spark, table, delete_files)
+            gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
+        gone = gone.drop(_FILE, _POS)
+        gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
+        return inserted, gone
 
+    def _file_entries(self, spark, table: TableRef,
+                      commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+        """Data files added and removed, and position-delete files added (path, format), by
+        `commits`: read from each commit's own manifests (no Spark job, and no reading of the
+        history's other manifests)."""
+        metadata = self._metadata(spark, table)
+        if metadata is None:
+            raise ValueError(f"table {table.display} does not exist")
+        added, removed, deletes = [], [], []
+        for snapshot_id in commits:
+            files = metadata.commit_files(int(snapshot_id))
+            added += files.added
+            removed += files.removed
+            for path, file_format, content in files.deletes:
+                if content != POSITION_DELETES:
+                    raise DataShapeError(
+                        f"table {table.display}: snapshot {snapshot_id} holds equality deletes (written by another "
+                        "engine, e.g. Flink); its changes can't be read incrementally. Run a full refresh of the "
+                        "downstream asset."
+                    )
+                deletes.append((path, file_format))
+        return added, sorted(set(removed) - set(added)), deletes
 
-def changed_rows(spark, table: TableRef, read: UpstreamRead):
-    """(rows inserted, rows gone or None) between `read`'s snapshots: an append read has no gone side."""
-    if read.kind == "append":
-        frame = (
-            spark.read.format("iceberg")
-            .option("start-snapshot-id", str(read.start))
-            .option("end-snapshot-id", str(read.end))
-            .load(table.sql)
-        )
-        return frame, None
-    return _both_sides(spark, table, read)
+    def _delete_positions(self, spark, table: TableRef,
+                          delete_files: Sequence[tuple[str, str]]) -> tuple[Any, list[str]]:
+        """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files
+        read, and the data files they point into: read by this process where it reaches them
+        (see ChangeMetadata.positions), else (HDFS, S3A, a file that is not Parquet) by Spark's
+        reader."""
+        from pyspark.sql import functions as F
 
+        parquet = all(fmt == "parquet" for _, fmt in delete_files)
+        metadata = self._metadata(spark, table)
+        read = metadata.positions([path for path, _ in delete_files]) if parquet and metadata is not None else None
+        if read is not None:
+            import pyarrow.compute as pc
 
-def _both_sides(spark, table: TableRef, read: UpstreamRead):
-    from pyspark.sql import functions as F
-
-    added, removed, delete_files = _file_entries(spark, table, read.commits)
-    end, start = table_at(spark, table, read.end), table_at(spark, table, read.start)
-    columns = end.columns
-    inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
-    located = [*start.columns, _FILE, _POS]
-    gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
-    if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
-        positions, files = _delete_positions(spark, table, delete_files)
-        gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
-    gone = gone.drop(_FILE, _POS)
-    gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
-    return inserted, gone
-
-
-def _file_entries(spark, table: TableRef, commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """Data files added and removed, and position-delete files added (path, format), by
-    `commits`: read from each commit's own manifests through Iceberg's API (no Spark job, and
-    no reading of the history's other manifests)."""
-    iceberg = iceberg_table(spark, table)
-    io = iceberg.io()
-    added, removed, deletes = [], [], []
-    for snapshot_id in commits:
-        snapshot = iceberg.snapshot(int(snapshot_id))
-        added += [f.location() for f in _java_list(spark, snapshot.addedDataFiles(io))]
-        removed += [f.location() for f in _java_list(spark, snapshot.removedDataFiles(io))]
-        for f in _java_list(spark, snapshot.addedDeleteFiles(io)):
-            if f.content().name() != "POSITION_DELETES":
-                raise DataShapeError(
-                    f"table {table.display}: snapshot {snapshot_id} holds equality deletes (written by another "
-                    "engine, e.g. Flink); its changes can't be read incrementally. Run a full refresh of the "
-                    "downstream asset."
-                )
-            deletes.append((f.location(), f.format().name().lower()))
-    return added, sorted(set(removed) - set(added)), deletes
-
-
-def _java_list(spark, iterable) -> list:
-    """A Java Iterable's items (py4j iterates a java.util.List, not an Iterable)."""
-    return list(spark._jvm.java.util.ArrayList(spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Lists.newArrayList(iterable)))
-
-
-def _delete_positions(spark, table: TableRef, delete_files: Sequence[tuple[str, str]]) -> tuple[Any, list[str]]:
-    """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files read,
-    and the data files they point into.
-
-    Read through the table's own storage where this process can (pyarrow: a local folder, or S3
-    as the table's S3FileIO reaches it, which Spark's file reader cannot without Hadoop's S3A);
-    else (HDFS, S3A, a delete file that is not Parquet) by Spark's reader, which reaches those."""
-    from pyspark.sql import functions as F
-
-    storage = TableStorage.of_table(spark._jvm, iceberg_table(spark, table))
-    if storage is not None and all(fmt == "parquet" for _, fmt in delete_files):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        read = pa.concat_tables(pq.read_table(storage.path(path), filesystem=storage.filesystem,
-                                              columns=["file_path", "pos"]) for path, _ in delete_files)
-        files = pc.unique(read.column("file_path")).to_pylist()  # known here: no Spark job for them
-        return arrow_to_spark(spark, read.rename_columns([_FILE, _POS])).distinct(), files
-    parts = [
-        spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
-        .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
-        for file_format in sorted({fmt for _, fmt in delete_files})
-    ]
-    positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
-    return positions, [r[0] for r in positions.select(_FILE).distinct().collect()]
+            files = pc.unique(read.column("file_path")).to_pylist()  # known here: no Spark job for them
+            return arrow_to_spark(spark, read.rename_columns([_FILE, _POS])).distinct(), files
+        parts = [
+            spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
+            .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
+            for file_format in sorted({fmt for _, fmt in delete_files})
+        ]
+        positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+        return positions, [r[0] for r in positions.select(_FILE).distinct().collect()]
 
 
 def _position_deleted(start, positions, files: list[str]):
