@@ -14,6 +14,10 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
                 are printed as `changes_read`)
     disposition the write_disposition (a name or a table)
     rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
+    base        orders: the ISO time of day 1 instead of 2024-01-01 (each row an hour into its day)
+    step        orders: the cursor's step (slices), from `base` as its initial_value; the
+                function then gives only the rows of the slice's window
+    fail_at     orders: the function raises in its call number `fail_at` (a failed slice)
     frame       give the rows as a Spark Connect DataFrame (else as dict rows)
     partition   the partition key to run (events)
     full_refresh  run with the full refresh run config
@@ -142,10 +146,19 @@ def build_asset(run: dict):
         return [plain_orders, plain_total]
 
     if run["asset"] in ("orders", "chain"):
+        calls: list[int] = []
+        sliced = {"initial_value": run["base"], "step": run["step"]} if run.get("step") else {}
+
         @incremental_asset(primary_key="id", write_disposition=run["disposition"], config_path="config/config.toml")
-        def orders(updated_at: Incremental = incremental("updated_at")):
+        def orders(updated_at: Incremental = incremental("updated_at", **sliced)):
             hold()
-            rows = [{"id": i, "amount": a, "updated_at": datetime(2024, 1, d, tzinfo=timezone.utc)} for i, a, d in run["rows"]]
+            calls.append(len(calls) + 1)
+            if run.get("fail_at") == len(calls):
+                raise RuntimeError(f"source down in call {len(calls)}")
+            rows = [{"id": i, "amount": a, "updated_at": order_time(run, d)} for i, a, d in run["rows"]]
+            if sliced:
+                low, high = updated_at.start_value, updated_at.end_value
+                rows = [r for r in rows if r["updated_at"] >= low and (high is None or r["updated_at"] < high)]
             return as_output(rows, "id BIGINT, amount BIGINT, updated_at TIMESTAMP")
         if run["asset"] == "orders":
             return orders
@@ -167,6 +180,15 @@ def build_asset(run: dict):
         return as_output([r for r in rows if event_time.start_value <= r["event_time"] < event_time.end_value],
                          "event_id STRING, value BIGINT, event_time TIMESTAMP")
     return events
+
+
+def order_time(run: dict, day: int):
+    """An order's updated_at: midnight of `day` of January 2024, or an hour into day `day` from `base`."""
+    from datetime import datetime, timedelta, timezone
+
+    if not run.get("base"):
+        return datetime(2024, 1, day, tzinfo=timezone.utc)
+    return datetime.fromisoformat(run["base"]) + timedelta(days=day - 1, hours=1)
 
 
 def die() -> None:

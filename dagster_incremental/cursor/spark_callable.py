@@ -70,6 +70,17 @@ def classify(func: Callable, p: Any, start: Any, start_open: bool, end: Any, end
     return IN_RANGE
 
 
+def library_by_value() -> None:
+    """The library's code in a UDF travels to Spark's Python workers by value, not by module
+    name, so a Spark Connect server's or a cluster's workers need pandas and pyarrow, not
+    dagster_incremental. Called before each UDF of the library is built."""
+    from pyspark import cloudpickle
+
+    import dagster_incremental
+
+    cloudpickle.register_pickle_by_value(dagster_incremental)
+
+
 def row_classes(col: Column, func: Callable, ctype: str | None, formats: tuple[str, ...], bounds: tuple) -> Column:
     """The class of each row (IN_RANGE ... NULL) as a pandas UDF over the cursor column."""
     import pandas as pd
@@ -80,6 +91,7 @@ def row_classes(col: Column, func: Callable, ctype: str | None, formats: tuple[s
         return pd.Series([classify(func, p, *bounds) for p in publics], dtype="int32")
 
     _classes.__annotations__ = {"values": pd.Series, "return": pd.Series}  # real classes, not strings
+    library_by_value()
     return cast(Any, pandas_udf)(_classes, "int")(col)
 
 
@@ -94,6 +106,7 @@ def not_beyond(col: Column, func: Callable, ctype: str | None, formats: tuple[st
         return pd.Series([p is None or p is _Bad or func((p, last)) == last for p in publics], dtype=bool)
 
     _pinned.__annotations__ = {"values": pd.Series, "return": pd.Series}
+    library_by_value()
     return cast(Any, pandas_udf)(_pinned, "boolean")(col)  # pandas has no stubs: no overload matches
 
 
@@ -111,6 +124,7 @@ def partial_lasts(df: DataFrame, col: Column, func: Callable, ctype: str | None,
                 result = cv.key_to_canonical(cv.to_key(result, ctype), ctype)
             yield pd.DataFrame({"last": [json.dumps(result, default=str)]})
 
+    library_by_value()
     rows = df.select(col.alias("v")).mapInPandas(_reduce, "last string").collect()
     return [json.loads(r["last"]) for r in rows]
 

@@ -159,6 +159,8 @@ def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
     import pyarrow as pa
     from pyspark.sql.functions import pandas_udf
 
+    from dagster_incremental.cursor.spark_callable import library_by_value
+
     def _keys(frame):
         frame = frame.copy()
         for name in frame.columns:
@@ -175,6 +177,7 @@ def dedup_key_udf(columns: list[str], dedup_key: Any, session_tz: str):
 
     # real classes, not strings: this module uses `from __future__ import annotations`
     _keys.__annotations__ = {"frame": pd.DataFrame, "return": pd.Series}
+    library_by_value()
     udf = pandas_udf(_keys, "string")  # type: ignore[call-overload]  # pyspark 3.5's stubs lack the type-hint form
     return udf(F.struct(*[F.col(f"`{c}`") for c in columns]))
 

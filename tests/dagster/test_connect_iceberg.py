@@ -121,8 +121,8 @@ def test_what_the_run_committed_in_process_is_what_its_connect_session_reads_nex
     assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 21), (3, 30)]
 
 
-def test_a_full_refresh_over_connect_replaces_the_table_and_resets_the_cursor(rest_catalog, connect_server, tmp_path):
-    url, catalog = connect_server.url, rest_catalog
+def test_a_full_refresh_over_connect_replaces_the_table_and_resets_the_cursor(catalog, connect_server, tmp_path):
+    url = connect_server.url
     folder = project(tmp_path, url, catalog)
     assert go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 5], [2, 20, 6]], frame=True)["success"]
     refreshed = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[7, 70, 2]], frame=True, full_refresh=True)
@@ -212,13 +212,15 @@ def test_an_iceberg_table_in_a_folder_over_connect_is_refused_naming_the_catalog
 
 
 @pytest.mark.parametrize("strategy", ["scd2", "insert-only"])
-def test_scd2_and_insert_only_run_over_connect(strategy, rest_catalog, connect_server, tmp_path):
-    url, catalog = connect_server.url, rest_catalog
+def test_scd2_and_insert_only_run_over_connect(strategy, catalog, connect_server, tmp_path):
+    """Two runs in one process, each committed by the catalog's compare-and-set."""
+    url = connect_server.url
     folder = project(tmp_path, url, catalog)
     disposition = {"disposition": "merge", "strategy": strategy}
-    assert go(folder, url, catalog, asset="orders", disposition=disposition, rows=[[1, 10, 1], [2, 20, 1]], frame=True)["success"]
-    second = go(folder, url, catalog, asset="orders", disposition=disposition, rows=[[2, 21, 2], [3, 30, 2]], frame=True)
+    second = go(folder, url, catalog, asset="orders", disposition=disposition, rows=[[1, 10, 1], [2, 20, 1]],
+                then_rows=[[2, 21, 2], [3, 30, 2]], frame=True)
     assert second["success"], second["message"]
+    assert snapshots(folder, catalog) == 2 and branches(folder, catalog) == ["main"]
     found = rows(folder, catalog)
     if strategy == "insert-only":  # a key already there keeps its row
         assert ids_amounts(found) == [(1, 10), (2, 20), (3, 30)]
@@ -229,8 +231,8 @@ def test_scd2_and_insert_only_run_over_connect(strategy, rest_catalog, connect_s
     assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"
 
 
-def test_a_partition_backfill_over_connect_loads_its_window_and_leaves_the_live_cursor(rest_catalog, connect_server, tmp_path):
-    url, catalog = connect_server.url, rest_catalog
+def test_a_partition_backfill_over_connect_loads_its_window_and_leaves_the_live_cursor(catalog, connect_server, tmp_path):
+    url = connect_server.url
     folder = project(tmp_path, url, catalog)
     today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     days = [today - timedelta(days=d) for d in (2, 1, 0)]
@@ -250,6 +252,51 @@ def test_a_partition_backfill_over_connect_loads_its_window_and_leaves_the_live_
     after = committed(folder, catalog, "events", scope)
     assert after is not None and live_cursor is not None and after.state == live_cursor.state  # not moved
     assert after.snapshot_id == live_cursor.snapshot_id
+
+
+@pytest.mark.parametrize("frame", [True, False], ids=["connect-frame", "dict-rows"])
+def test_a_table_created_empty_gets_its_first_rows_and_cursor_over_connect(frame, catalog, connect_server, tmp_path):
+    """A table another tool created empty (no snapshot to branch at): the first run over Connect
+    loads its rows and commits its cursor on `main`, by the catalog's compare-and-set as ever."""
+    import pyarrow as pa
+
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    namespace = (folder / "namespace").read_text()
+    pyiceberg = catalog.pyiceberg()
+    pyiceberg.create_namespace_if_not_exists(namespace)
+    created = pyiceberg.create_table((namespace, "orders"), pa.schema(
+        [("id", pa.int64()), ("amount", pa.int64()), ("updated_at", pa.timestamp("us", tz="UTC"))]))
+    assert snapshots(folder, catalog) == 0
+    done = go(folder, url, catalog, asset="orders", disposition=UPSERT, rows=[[1, 10, 1], [2, 20, 2]], frame=frame)
+    assert done["success"], done["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 20)]
+    assert committed(folder, catalog).state["last_value"] == "2024-01-02T00:00:00Z"
+    assert branches(folder, catalog) == ["main"]
+    assert loaded(folder, catalog, "orders").metadata.table_uuid == created.metadata.table_uuid  # that table, not a new one
+
+
+def test_a_sliced_run_over_connect_keeps_the_slices_before_a_failure_and_the_next_run_continues(catalog, connect_server,
+                                                                                                  tmp_path):
+    """`step` cuts a run over four days into daily slices, one catalog commit each. The source
+    fails in the third: the two slices before it stay committed with their cursor, and the next
+    run loads from there, each row once."""
+    url = connect_server.url
+    folder = project(tmp_path, url, catalog)
+    base = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
+    source = dict(asset="orders", disposition="append", rows=[[1, 10, 1], [2, 20, 2], [3, 30, 3], [4, 40, 4]],
+                  base=base.isoformat(), step="P1D", frame=True)
+    failed = go(folder, url, catalog, **source, fail_at=3)
+    assert not failed["success"] and "source down in call 3" in failed["message"]
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 20)] and snapshots(folder, catalog) == 2
+    assert committed(folder, catalog).state["last_value"].startswith((base + timedelta(days=1, hours=1)).strftime("%Y-%m-%dT%H"))
+    done = go(folder, url, catalog, **source)
+    assert done["success"], done["message"]
+    committed_slices, planned = done["metadata"]["dagster_incremental/slices"]
+    assert committed_slices == planned >= 2
+    assert ids_amounts(rows(folder, catalog)) == [(1, 10), (2, 20), (3, 30), (4, 40)]  # each once
+    assert committed(folder, catalog).state["last_value"].startswith((base + timedelta(days=3, hours=1)).strftime("%Y-%m-%dT%H"))
+    assert branches(folder, catalog) == ["main"]
 
 
 def _settled(folder: Path, catalog, quiet: float = 5.0) -> None:
