@@ -11,9 +11,11 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
                 from `start`: event_id, value, event_time) or "plain" (a plain asset's
                 DataFrame of orders, and a downstream asset reading it back) or "chain" (orders,
                 and `orders_copy` upserting the rows of its `Changes`; the rows it received
-                are printed as `changes_read`)
+                are printed as `changes_read`) or "tenants" (static partitions acme and globex,
+                each with its own cursor: tenant, id, amount, updated_at)
     disposition the write_disposition (a name or a table)
-    rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...]
+    rows        orders: [[id, amount, day of January 2024], ...]; events: [[id, value, ISO time], ...];
+                tenants: [[tenant, id, amount, day of January 2024], ...] (a run gives its tenant's)
     base        orders: the ISO time of day 1 instead of 2024-01-01 (each row an hour into its day)
     step        orders: the cursor's step (slices), from `base` as its initial_value; the
                 function then gives only the rows of the slice's window
@@ -169,6 +171,15 @@ def build_asset(run: dict):
             CHANGES_READ[:] = sorted([r["id"], r["amount"], r["_change_type"]] for r in orders.df.collect())
             return orders.upserts()  # the rows the upstream's commits since the last run added or changed
         return [orders, orders_copy]
+
+    if run["asset"] == "tenants":
+        @incremental_asset(primary_key=["tenant", "id"], partitions_def=dg.StaticPartitionsDefinition(["acme", "globex"]),
+                           partition_column="tenant", write_disposition=run["disposition"], config_path="config/config.toml")
+        def tenant_orders(context: dg.AssetExecutionContext, updated_at: Incremental = incremental("updated_at")):
+            rows = [{"tenant": t, "id": i, "amount": a, "updated_at": order_time(run, d)}
+                    for t, i, a, d in run["rows"] if t == context.partition_key]
+            return as_output(rows, "tenant STRING, id BIGINT, amount BIGINT, updated_at TIMESTAMP")
+        return tenant_orders
 
     parts = dg.DailyPartitionsDefinition(start_date=run["start"], end_offset=1)
 

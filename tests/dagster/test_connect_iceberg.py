@@ -299,6 +299,30 @@ def test_a_sliced_run_over_connect_keeps_the_slices_before_a_failure_and_the_nex
     assert branches(folder, catalog) == ["main"]
 
 
+def test_each_tenant_keeps_its_own_cursor_over_connect(rest_catalog, connect_server, tmp_path):
+    """Static partitions (tenants) over Connect: each tenant's run commits its own cursor with its
+    rows (the server's MERGE on (tenant, id)), and a run of one leaves the other's rows and
+    cursor as they were."""
+    url, catalog = connect_server.url, rest_catalog
+    folder = project(tmp_path, url, catalog)
+    source = [["acme", 1, 10, 1], ["acme", 2, 20, 3], ["globex", 1, 100, 5]]
+    common = dict(asset="tenants", disposition=UPSERT, frame=True)
+    acme = go(folder, url, catalog, rows=source, partition="acme", **common)
+    globex = go(folder, url, catalog, rows=source, partition="globex", **common)
+    assert acme["success"] and globex["success"], (acme["message"], globex["message"])
+    # a tenant's cursor is kept under its partition key
+    globex_cursor = committed(folder, catalog, "tenant_orders", "globex")
+    assert globex_cursor.state["last_value"] == "2024-01-05T00:00:00Z"
+    assert committed(folder, catalog, "tenant_orders", "acme").state["last_value"] == "2024-01-03T00:00:00Z"
+
+    again = go(folder, url, catalog, rows=[*source, ["acme", 1, 11, 9]], partition="acme", **common)
+    assert again["success"], again["message"]
+    found = sorted((r["tenant"], r["id"], r["amount"]) for r in rows(folder, catalog, "tenant_orders"))
+    assert found == [("acme", 1, 11), ("acme", 2, 20), ("globex", 1, 100)]  # the same id in two tenants: two rows
+    assert committed(folder, catalog, "tenant_orders", "acme").state["last_value"] == "2024-01-09T00:00:00Z"
+    assert committed(folder, catalog, "tenant_orders", "globex").state == globex_cursor.state
+
+
 def _settled(folder: Path, catalog, quiet: float = 5.0) -> None:
     """Once the table's metadata has not changed for `quiet` s: a killed client's statement may
     still commit on the server (onto the run's branch)."""
