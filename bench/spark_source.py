@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     import dagster as dg
 
     from dagster_incremental import Incremental, incremental, incremental_asset
-    from dagster_incremental.spark.table_create import DEFAULT_TABLE_PROPERTIES
+    from dagster_incremental.spark.iceberg.table_create import DEFAULT_TABLE_PROPERTIES
     from dagster_incremental.spark.table_ref import TableRef
     from dagster_incremental.spark.iceberg.writer import TableWriter
     from dagster_incremental.spark.write_spec import CommitInfo, WriteSpec

@@ -1,6 +1,6 @@
 """Table maintenance the writer's own choices make necessary: compacting merge-on-read deletes."""
 
-# Why: keyed merge tables are merge-on-read (see table_create.strategy_properties): a change run writes its new rows and
+# Why: keyed merge tables are merge-on-read (see iceberg/table_create.strategy_properties): a change run writes its new rows and
 # a small delete file instead of rewriting every data file an update touches (copy-on-write),
 # which made a 10k-row upsert into 1M rows rewrite nearly the whole table each run. Readers then
 # pay for the deleted positions (Iceberg keeps at most one delete file per data file, merging

@@ -24,7 +24,7 @@ from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.run_commit import CursorGuard
 from dagster_incremental.spark.statements import run_merge
 from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
-from dagster_incremental.spark.table_create import create_as_select, create_table, ensure_namespace
+from dagster_incremental.spark.iceberg.table_create import create_as_select, create_table, ensure_namespace
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec
 
