@@ -21,7 +21,7 @@ and the Dagster instance is DAGSTER_HOME. argv[2] is the run, as JSON:
                 function then gives only the rows of the slice's window
     fail_at     orders: the function raises in its call number `fail_at` (a failed slice)
     frame       give the rows as a Spark Connect DataFrame (else as dict rows)
-    partition   the partition key to run (events)
+    partition   the partition key to run (events, tenants)
     full_refresh  run with the full refresh run config
     hold        {"ready": path, "go": path}: once the function is called (its cursor read),
                 write `ready`, then wait until `go` exists (racing runs meet there)
@@ -148,13 +148,13 @@ def build_asset(run: dict):
         return [plain_orders, plain_total]
 
     if run["asset"] in ("orders", "chain"):
-        calls: list[int] = []
+        calls: list[int] = []  # one entry per call of the function (a sliced run calls it per slice)
         sliced = {"initial_value": run["base"], "step": run["step"]} if run.get("step") else {}
 
         @incremental_asset(primary_key="id", write_disposition=run["disposition"], config_path="config/config.toml")
         def orders(updated_at: Incremental = incremental("updated_at", **sliced)):
             hold()
-            calls.append(len(calls) + 1)
+            calls.append(1)
             if run.get("fail_at") == len(calls):
                 raise RuntimeError(f"source down in call {len(calls)}")
             rows = [{"id": i, "amount": a, "updated_at": order_time(run, d)} for i, a, d in run["rows"]]

@@ -107,7 +107,6 @@ class UpstreamInputs:
         a first run or full refresh (every upstream row) nor when the commits read touched more
         than SMALL_CHANGE_ROWS rows (the output would then be computed twice: collected in
         vain, then written by Spark), else up to SMALL_CHANGE_ROWS."""
-
         changes = io.upstream_changes()
         if not reads or any(read.kind == "full" for read in reads.values()):
             return 0
