@@ -8,7 +8,8 @@ from __future__ import annotations
 
 # A commit whose window lies within one partition (a slice of a step that divides the
 # partitions) gives that partition its figures as they are; a commit over several partitions is
-# split by one Spark aggregate grouped by partition window (spark/statistics.window_counts).
+# split by one Spark aggregate grouped by partition window (a format's `window_counts`:
+# spark/iceberg/figures.py, spark/delta/figures.py).
 
 import dataclasses
 from collections.abc import Mapping, Sequence

@@ -510,7 +510,7 @@ def test_a_delete_insert_on_a_merge_key_counts_the_net_change_of_its_groups(spar
 def test_window_counts_per_partition_add_up_to_the_backfill(spark, writer, table):
     """A two-day backfill of a merge-on-read table, split per day as a range run's partitions are,
     counts each day's net change the way the whole commit was counted."""
-    from dagster_incremental.spark.statistics import window_counts
+    from dagster_incremental.spark.iceberg.figures import window_counts
 
     spec = WriteSpec(table=table, disposition="merge", strategy="upsert", primary_key=("id",), cursor_column="day")
     d1, d2, d3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)

@@ -11,10 +11,10 @@ from pyspark.sql import types as T
 
 from dagster_incremental.spark import errors as spark_errors
 from dagster_incremental.spark.iceberg.commit import PendingCommit
+from dagster_incremental.spark.iceberg.figures import commit_result
 from dagster_incremental.spark.partitioning import parse_partition_spec
 from dagster_incremental.spark.schema_evolution import sql_type
 from dagster_incremental.spark.sql import column_list, quote
-from dagster_incremental.spark.statistics import commit_result
 from dagster_incremental.spark.table_create import TableAlreadyExists, rows_to_create, string_literal
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import WriteResult, WriteSpec

@@ -132,7 +132,8 @@ class IcebergTables(SparkTables["IcebergNow"]):
 
     def window_counts(self, spec: WriteSpec, snapshot_id: int, column: str, windows: Sequence[tuple[Any, Any]]) -> list:
         """What one commit changed in each window of `column`: a range run's figures per partition."""
-        from dagster_incremental.spark.statistics import pairing_key, window_counts
+        from dagster_incremental.spark.iceberg.figures import window_counts
+        from dagster_incremental.spark.statistics import pairing_key
 
         return window_counts(self.spark, spec.table, snapshot_id, column, windows, pairing_key(spec),
                              snapshots=self.writer.snapshots(spec.table))

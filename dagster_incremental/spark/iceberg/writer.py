@@ -16,6 +16,7 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.batch_writer import BatchWriter
 from dagster_incremental.spark.committed_state import CommittedState
 from dagster_incremental.spark.iceberg.commit import PendingCommit, read_committed_state, snapshots_of
+from dagster_incremental.spark.iceberg.figures import commit_result, unchanged
 from dagster_incremental.spark.iceberg.over_connect import CatalogTables
 from dagster_incremental.spark.iceberg.snapshots import Snapshots
 from dagster_incremental.spark.iceberg.local.write import write_local
@@ -23,7 +24,7 @@ from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.merge import upsert
 from dagster_incremental.spark.run_commit import CursorGuard
 from dagster_incremental.spark.statements import run_merge
-from dagster_incremental.spark.statistics import batch_rows, commit_result, pairing_key, unchanged
+from dagster_incremental.spark.statistics import batch_rows, pairing_key
 from dagster_incremental.spark.iceberg.table_create import create_as_select, create_table, ensure_namespace
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.write_spec import CommitInfo, WindowReplace, WriteResult, WriteSpec

@@ -67,7 +67,8 @@ _DELETE_SCHEMA = pa.schema(
 def merge_local(spark: Any, pending: PendingCommit, rows: LocalRows) -> WriteResult | None:
     """The keyed MERGE of `rows` (deduplicated) as one RowDelta commit carrying the cursor;
     None when Spark's MERGE must do it (nothing written then, bar a schema change it finds done)."""
-    from dagster_incremental.spark.statistics import Counts, commit_result
+    from dagster_incremental.spark.iceberg.figures import commit_result
+    from dagster_incremental.spark.statistics import Counts
 
     spec = pending.spec
     if not _applies(pending, rows):

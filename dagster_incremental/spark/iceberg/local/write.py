@@ -13,7 +13,7 @@ from dagster_incremental.spark.iceberg.local.append import LocalAppend
 from dagster_incremental.spark.iceberg.local.merge import merge_local
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.schema_evolution import creatable_schema, fit_table_to_rows, spark_schema_of_arrow
-from dagster_incremental.spark.statistics import commit_result
+from dagster_incremental.spark.iceberg.figures import commit_result
 from dagster_incremental.spark.iceberg.table_create import create_table, ensure_namespace
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, WriteSpec
 

@@ -1,0 +1,261 @@
+"""What one Iceberg commit did (rows inserted/updated/deleted, rows after, schema), read back from
+the snapshot it made, exactly and with as few Spark jobs as each kind of commit allows; the
+counting both formats share is spark/statistics.py's, and spark/delta/figures.py is Delta's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from dagster_incremental.spark.iceberg.commit import PendingCommit, snapshots_of, write_options
+from dagster_incremental.spark.iceberg.metadata import live_row_count, provable_row_count
+from dagster_incremental.spark.iceberg.snapshots import SnapshotInfo, Snapshots
+from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.statistics import (
+    BatchRows,
+    Counts,
+    key_columns,
+    net_window_counts,
+    resolve_column,
+    row_text,
+    signed_counts,
+    tombstone,
+    window_replace_counts,
+)
+from dagster_incremental.spark.table_ref import TableRef
+from dagster_incremental.spark.write_spec import WindowReplace, WriteResult, WriteSpec
+
+# How a commit's rows are counted (see commit_result).
+Counting = Literal["summary", "keyed", "changes", "refresh", "window"]
+
+
+def commit_result(
+    spark: SparkSession,
+    commit: PendingCommit,
+    *,
+    kind: Counting,
+    keys: Sequence[str] = (),
+    previous_rows: int = 0,
+    batch_rows: BatchRows | None = None,
+    aligned: DataFrame | None = None,
+    window: WindowReplace | None = None,
+    counts: Counts | None = None,
+) -> WriteResult:
+    """WriteResult from the snapshot the commit made (found by its commit id).
+
+    kind "summary" (append/replace): the snapshot summary's record counts are exact (whole files
+    are added/removed). "changes" (a MERGE under copy-on-write rewrites whole files, so the
+    summary counts carried-over rows too): the commit's changelog between the parent and our
+    snapshot, where rows identical on both sides cancel out and per key a removed+added pair is
+    an update (no key: inserts and deletes only). "keyed" (upsert, delete-insert on the primary
+    key alone) counts as MERGE does: a batch row whose key was in the table is an update, a
+    tombstone whose key was there a delete, the others inserts. "refresh": the table's rows were
+    all replaced (previous_rows deleted). "window" (a window replace): the net change of the
+    window's rows between the parent and our snapshot (see _window_net), whatever the table's
+    write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
+    already known to the writer (the local merge matched the batch's keys itself).
+    """
+    snapshots = commit.snapshots(spark)
+    snapshot = snapshots.find(commit.commit_id)
+    if snapshot is None:  # the statement made no commit
+        snapshot = _record_empty_commit(spark, commit, snapshots)
+        kind = "summary"
+    if counts is None and kind == "window" and window is not None:
+        counts = _window_net(spark, commit.spec.table, snapshot, window, keys, snapshots)
+    elif counts is None:
+        counts = _counts(spark, commit.spec, snapshot, kind, keys, previous_rows, batch_rows, aligned, snapshots)
+    summary = snapshot.summary
+    return WriteResult(
+        rows_inserted=counts.inserted,
+        rows_updated=counts.updated,
+        rows_deleted=counts.deleted,
+        row_count=row_count(spark, commit.table, snapshot.snapshot_id, snapshots),
+        snapshot_id=snapshot.snapshot_id,
+        schema=_schema(spark, commit.table),
+        delete_files=_int(summary, "total-delete-files"),
+        data_files=_int(summary, "total-data-files"),
+        position_deletes=_int(summary, "total-position-deletes"),
+    )
+
+
+def unchanged(spark: SparkSession, table: TableRef, snapshots: Snapshots) -> WriteResult:
+    """The WriteResult of a run that commits nothing: no changes, the table as it is (its
+    current snapshot, read from `snapshots`: no Spark job)."""
+    current = snapshots.current()
+    snapshot_id = current.snapshot_id if current is not None else None
+    return WriteResult(
+        rows_inserted=0,
+        rows_updated=0,
+        rows_deleted=0,
+        row_count=row_count(spark, table, snapshot_id, snapshots),
+        snapshot_id=snapshot_id,
+        schema=_schema(spark, table),
+    )
+
+
+def row_count(spark: SparkSession, table: TableRef, snapshot_id: int | None, snapshots: Snapshots) -> int:
+    """Live rows at `snapshot_id`, from the lineage's summaries when they prove it (see
+    provable_row_count), else one count job."""
+    rows = provable_row_count(s.lineage_entry() for s in snapshots.lineage(snapshot_id))
+    if rows is not None:
+        return rows
+    as_of = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
+    return int(spark.sql(f"SELECT count(*) FROM {table.sql}{as_of}").collect()[0][0])
+
+
+def _record_empty_commit(spark: SparkSession, commit: PendingCommit, snapshots: Snapshots) -> SnapshotInfo:
+    """The statement made no commit (nothing changed): record the cursor with an empty append
+    so the table still knows this run happened. Still one commit for the run."""
+    table = commit.table
+    schema = spark.table(table.sql).schema
+    spark.createDataFrame([], schema).writeTo(table.sql).options(**write_options(commit.properties)).append()
+    snapshot = snapshots.find(commit.commit_id)
+    if snapshot is None:  # pragma: no cover - Iceberg always commits an append
+        raise RuntimeError(f"table {table}: the commit {commit.commit_id} is not in its snapshots")
+    return snapshot
+
+
+def _counts(
+    spark: SparkSession,
+    spec: WriteSpec,
+    snapshot: SnapshotInfo,
+    kind: Counting,
+    keys: Sequence[str],
+    previous_rows: int,
+    batch: BatchRows | None,
+    aligned: DataFrame | None,
+    snapshots: Snapshots,
+) -> Counts:
+    summary = snapshot.summary
+    if kind == "keyed" and batch is not None and aligned is not None and spec.delete_missing:
+        matched = _matched_keys(spark, spec, aligned, batch, snapshot)
+        return _with_missing_deleted(spark, spec, snapshot, matched, snapshots)
+    if kind == "keyed" and batch is not None and aligned is not None:
+        if not batch.tombstones and not _int(summary, "added-equality-deletes"):
+            # Every batch row leaves exactly one live row: the live rows it added are inserts.
+            # Live = records - position deletes, whether files were rewritten (copy-on-write)
+            # or deletes written (merge-on-read, where a delete file also absorbs the earlier
+            # deletes of its data file: added minus removed is what this commit deleted).
+            records = _int(summary, "added-records") - _int(summary, "deleted-records")
+            deletes = _int(summary, "added-position-deletes") - _int(summary, "removed-position-deletes")
+            inserted = records - deletes
+            return Counts(inserted=inserted, updated=batch.rows - inserted)
+        return _matched_keys(spark, spec, aligned, batch, snapshot)
+    if kind == "changes" and _int(summary, "added-delete-files"):
+        # merge-on-read (a user's table property): Iceberg's changelog scan can't read delete
+        # files; the summary says how many rows were added and how many marked deleted, but
+        # not which pairs were updates, so an update counts as one delete plus one insert.
+        deleted = _int(summary, "added-position-deletes") + _int(summary, "added-equality-deletes")
+        return Counts(inserted=_int(summary, "added-records"), deleted=deleted)
+    if kind == "changes" and _int(summary, "deleted-data-files") and _int(summary, "added-records"):
+        # Files were rewritten: only the changelog tells rewritten rows from changed ones.
+        # (No file removed: pure inserts; nothing added: every removed row was deleted. Both
+        # are exact from the summary, which saves the changelog job.)
+        return _changed_rows(spark, spec.table, snapshot, keys)
+    if kind == "refresh":
+        return Counts(inserted=_int(summary, "added-records"), deleted=previous_rows)
+    return Counts(inserted=_int(summary, "added-records"), deleted=_int(summary, "deleted-records"))
+
+
+def _matched_keys(
+    spark: SparkSession, spec: WriteSpec, aligned: DataFrame, batch: BatchRows, snapshot: SnapshotInfo
+) -> Counts:
+    """Counts of a keyed MERGE from which batch keys the table held before it: one join of
+    the batch (one row per key) with the key columns of the parent snapshot."""
+    matched_live = matched_dead = 0
+    if snapshot.parent_id is not None:
+        keys = [resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
+        before = (
+            spark.read.format("iceberg").option("versionAsOf", str(snapshot.parent_id)).load(spec.table.sql)
+            .select(*(F.col(quote(k)) for k in keys))
+        )
+        dead = tombstone(aligned)
+        row = (
+            aligned.select(*(F.col(quote(k)) for k in keys), dead.alias("dead"))
+            .join(before, on=keys, how="left_semi")
+            .agg(
+                F.sum((~F.col("dead")).cast("long")).alias("live"),
+                F.sum(F.col("dead").cast("long")).alias("dead"),
+            )
+            .collect()[0]
+        )
+        matched_live, matched_dead = int(row.live or 0), int(row.dead or 0)
+    return Counts(inserted=batch.rows - matched_live, updated=matched_live, deleted=matched_dead)
+
+
+def _with_missing_deleted(
+    spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, matched: Counts, snapshots: Snapshots
+) -> Counts:
+    """A delete_missing upsert's counts: the batch's, plus the rows it deleted for lacking their
+    key, from the live rows before and after (after = before + inserted - deleted)."""
+    before = row_count(spark, spec.table, snapshot.parent_id, snapshots) if snapshot.parent_id is not None else 0
+    after = row_count(spark, spec.table, snapshot.snapshot_id, snapshots)
+    return Counts(inserted=matched.inserted, updated=matched.updated, deleted=before + matched.inserted - after)
+
+
+def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, keys: Sequence[str]) -> Counts:
+    """Net inserted/updated/deleted rows of one commit from its changelog (one collect; AQE
+    runs it as a few small jobs over only the files the commit added or removed)."""
+    reader = spark.read.option("end-snapshot-id", str(snapshot.snapshot_id))
+    if snapshot.parent_id is not None:
+        reader = reader.option("start-snapshot-id", str(snapshot.parent_id))
+    changes = reader.table(table.metadata_table("changes"))
+    data = [c for c in changes.columns if c not in ("_change_type", "_change_ordinal", "_commit_snapshot_id")]
+    sign = F.when(F.col("_change_type") == "INSERT", 1).otherwise(-1)
+    signed = changes.select(row_text(data), *key_columns(keys), sign.alias("sign"))
+    result = signed_counts(signed, len(keys)).collect()[0]
+    return Counts(int(result.inserted or 0), int(result.updated or 0), int(result.deleted or 0))
+
+
+def _window_net(
+    spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, window: WindowReplace, keys: Sequence[str],
+    snapshots: Snapshots,
+) -> Counts:
+    """Net change of an Iceberg window replace (window_replace_counts), the live row counts read
+    from the two snapshots' summaries."""
+    def read(snapshot_id: Any) -> DataFrame:
+        return spark.read.format("iceberg").option("versionAsOf", str(snapshot_id)).load(table.sql)
+
+    after = read(snapshot.snapshot_id)
+    if snapshot.parent_id is None:
+        return window_replace_counts(table, after, None, window, keys)
+    parent = snapshots.get(snapshot.parent_id)
+    before = live_row_count(parent.summary) if parent is not None else None
+    return window_replace_counts(table, after, read(snapshot.parent_id), window, keys,
+                                 live_rows=(before, live_row_count(snapshot.summary)))
+
+
+def window_counts(
+    spark: SparkSession,
+    table: TableRef,
+    snapshot_id: int,
+    column: str,
+    windows: Sequence[tuple[Any, ...]],
+    keys: Sequence[str],
+    rows_of: tuple[str, Any] | None = None,
+    snapshots: Snapshots | None = None,
+) -> list[Counts]:
+    """What commit `snapshot_id` (a window replace) inserted, updated and deleted in each window
+    [start, end) of `column` (e.g. each partition of a ranged run that committed once), counted
+    as commit_result counted the whole commit, grouped by window in one aggregate: the windows'
+    rows of the parent snapshot (removed) and of this one (added), netted (identical rows
+    cancel, per key a removed+added pair is an update), however the commit wrote its files.
+    rows_of (column, value): count only those rows (one tenant's). snapshots: the table's (by
+    default through the Spark driver's Iceberg)."""
+    snapshot = (snapshots or snapshots_of(spark, table, None)).get(snapshot_id)
+    parent = snapshot.parent_id if snapshot is not None else None
+    after = spark.read.format("iceberg").option("versionAsOf", str(snapshot_id)).load(table.sql)
+    before = None if parent is None else spark.read.format("iceberg").option("versionAsOf", str(parent)).load(table.sql)
+    return net_window_counts(table, after, before, column, windows, keys, rows_of)
+
+
+def _schema(spark: SparkSession, table: TableRef) -> tuple[tuple[str, str], ...]:
+    schema = spark.table(table.sql).schema
+    return tuple((f.name, f.dataType.simpleString()) for f in schema.fields)
+
+
+def _int(summary: Mapping[str, str], key: str) -> int:
+    return int(summary.get(key, 0) or 0)
