@@ -53,7 +53,7 @@ if sys.argv[1] == "session":
 else:
     import pyspark
     from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
-    from dagster_incremental.spark.session import iceberg_runtime_jar
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
     jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "*.jar")) + [iceberg_runtime_jar()]
     port = launch_gateway(classpath=os.pathsep.join(jars), die_on_exit=True,
                           javaopts=["-XX:TieredStopAtLevel=1"])

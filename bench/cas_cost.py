@@ -68,7 +68,7 @@ def _catalog_conf(kind: str, warehouse: str):
     if kind == "hadoop":
         yield {}
         return
-    from dagster_incremental.spark.session import iceberg_runtime_jar
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
     from tests.postgres_server import driver_jar, jdbc_catalog_conf, postgres_server
 
     with postgres_server() as server:

@@ -181,7 +181,7 @@ def session_jars() -> list[str]:
     local Maven repository (tests/maven_jars.py; without them, the PyPI runtime, and the S3
     catalogs' tests fail saying how to fetch them), Delta's two jars with S3A's two, then the JDBC
     catalog's driver."""
-    from dagster_incremental.spark.session import iceberg_runtime_jar
+    from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
     from maven_jars import delta_jars, s3_jars, sqlite_jar
     from postgres_server import driver_jar
 

@@ -63,16 +63,6 @@ def duplicate_keys(
     return DuplicateKeys(rows[0][_DUPLICATED], tuple(tuple(r[: len(keys)]) for r in rows))
 
 
-def current_snapshot_id(spark, table: TableRef) -> int | None:
-    """The table's current snapshot (None: no table, or a table without commits); no Spark job."""
-    from dagster_incremental.spark.iceberg.commit import iceberg_table
-
-    if not spark.catalog.tableExists(table.sql):
-        return None
-    current = iceberg_table(spark, table).currentSnapshot()
-    return current.snapshotId() if current is not None else None
-
-
 def _pinned(spark, table: TableRef, snapshot_id: int | None):
     """The table as of one snapshot, so the count and the snapshot it reports agree even when
     another run commits meanwhile (the id is an int read from the table, never user text)."""

@@ -14,9 +14,8 @@ from typing import Any
 from dagster_incremental.spark.connect import NOT_SUPPORTED, connect_session, refuse_connect, refuse_connect_session, remote_url
 # The Iceberg runtime jar's path, where recipes and earlier releases import it from (each
 # format's session conf is its own: spark/iceberg/session_setup.py, spark/delta/session_setup.py).
-from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
 
-__all__ = ["build_spark_session", "iceberg_runtime_jar", "note_destination", "refuse_connect"]
+__all__ = ["build_spark_session", "note_destination", "refuse_connect"]
 
 
 def build_spark_session(conf: Mapping[str, str], connect_refusal: str | None = NOT_SUPPORTED):

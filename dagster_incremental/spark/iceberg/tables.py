@@ -105,9 +105,12 @@ class IcebergTables(SparkTables["IcebergNow"]):
         files = self.files(table)
         if files.readable:
             return files.metadata.current_snapshot_id() if files.metadata is not None else None
-        from dagster_incremental.spark.key_check import current_snapshot_id
+        if not self.spark.catalog.tableExists(table.sql):
+            return None
+        from dagster_incremental.spark.iceberg.commit import iceberg_table
 
-        return current_snapshot_id(self.spark, table)
+        current = iceberg_table(self.spark, table).currentSnapshot()  # the driver's Iceberg: no Spark job
+        return current.snapshotId() if current is not None else None
 
     def commits_since(self, table: TableRef, snapshot_id: int | None) -> list[tuple[str, dict[str, str]]] | None:
         """The table's commits after `snapshot_id` (see TableMetadata.commits_since); None when
