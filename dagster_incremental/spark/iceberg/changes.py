@@ -126,65 +126,64 @@ class IcebergChanges:
     def _both_sides(self, spark, table: TableRef, read: UpstreamRead):
         from pyspark.sql import functions as F
 
-        added, removed, delete_files = self._file_entries(spark, table, read.commits)
+        metadata = self._metadata(spark, table)  # loaded once for both sides
+        if metadata is None:
+            raise ValueError(f"table {table.display} does not exist")
+        added, removed, delete_files = _file_entries(metadata, table, read.commits)
         end, start = self.table_at(spark, table, read.end), self.table_at(spark, table, read.start)
         columns = end.columns
         inserted = end.where(F.col(_FILE).isin(added)).select(*columns) if added else end.limit(0)
         located = [*start.columns, _FILE, _POS]
         gone = start.where(F.col(_FILE).isin(removed)).select(*located) if removed else start.select(*located).limit(0)
         if delete_files:  # a row deleted by position whose file was also removed (compacted) counts once
-            positions, files = self._delete_positions(spark, table, delete_files)
+            positions, files = _delete_positions(spark, metadata, delete_files)
             gone = gone.unionByName(_position_deleted(start, positions, files)).dropDuplicates([_FILE, _POS])
         gone = gone.drop(_FILE, _POS)
         gone = gone.select(*[F.col(c) if c in gone.columns else F.lit(None).cast(end.schema[c].dataType).alias(c) for c in columns])
         return inserted, gone
 
-    def _file_entries(self, spark, table: TableRef,
-                      commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-        """Data files added and removed, and position-delete files added (path, format), by
-        `commits`: read from each commit's own manifests (no Spark job, and no reading of the
-        history's other manifests)."""
-        metadata = self._metadata(spark, table)
-        if metadata is None:
-            raise ValueError(f"table {table.display} does not exist")
-        added, removed, deletes = [], [], []
-        for snapshot_id in commits:
-            files = metadata.commit_files(int(snapshot_id))
-            added += files.added
-            removed += files.removed
-            for path, file_format, content in files.deletes:
-                if content != POSITION_DELETES:
-                    raise DataShapeError(
-                        f"table {table.display}: snapshot {snapshot_id} holds equality deletes (written by another "
-                        "engine, e.g. Flink); its changes can't be read incrementally. Run a full refresh of the "
-                        "downstream asset."
-                    )
-                deletes.append((path, file_format))
-        return added, sorted(set(removed) - set(added)), deletes
 
-    def _delete_positions(self, spark, table: TableRef,
-                          delete_files: Sequence[tuple[str, str]]) -> tuple[Any, list[str]]:
-        """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files
-        read, and the data files they point into: read by this process where it reaches them
-        (see ChangeMetadata.positions), else (HDFS, S3A, a file that is not Parquet) by Spark's
-        reader."""
-        from pyspark.sql import functions as F
+def _file_entries(metadata: ChangeMetadata, table: TableRef,
+                  commits: Sequence[int]) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """Data files added and removed, and position-delete files added (path, format), by
+    `commits`: read from each commit's own manifests (no Spark job, and no reading of the
+    history's other manifests)."""
+    added, removed, deletes = [], [], []
+    for snapshot_id in commits:
+        files = metadata.commit_files(int(snapshot_id))
+        added += files.added
+        removed += files.removed
+        for path, file_format, content in files.deletes:
+            if content != POSITION_DELETES:
+                raise DataShapeError(
+                    f"table {table.display}: snapshot {snapshot_id} holds equality deletes (written by another "
+                    "engine, e.g. Flink); its changes can't be read incrementally. Run a full refresh of the "
+                    "downstream asset."
+                )
+            deletes.append((path, file_format))
+    return added, sorted(set(removed) - set(added)), deletes
 
-        parquet = all(fmt == "parquet" for _, fmt in delete_files)
-        metadata = self._metadata(spark, table)
-        read = metadata.positions([path for path, _ in delete_files]) if parquet and metadata is not None else None
-        if read is not None:
-            import pyarrow.compute as pc
 
-            files = pc.unique(read.column("file_path")).to_pylist()  # known here: no Spark job for them
-            return arrow_to_spark(spark, read.rename_columns([_FILE, _POS])).distinct(), files
-        parts = [
-            spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
-            .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
-            for file_format in sorted({fmt for _, fmt in delete_files})
-        ]
-        positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
-        return positions, [r[0] for r in positions.select(_FILE).distinct().collect()]
+def _delete_positions(spark, metadata: ChangeMetadata, delete_files: Sequence[tuple[str, str]]) -> tuple[Any, list[str]]:
+    """(`_file`, `_pos`) of the rows the new position-delete files delete, only those files read,
+    and the data files they point into: read by this process where it reaches them (see
+    ChangeMetadata.positions), else (HDFS, S3A, a file that is not Parquet) by Spark's reader."""
+    from pyspark.sql import functions as F
+
+    parquet = all(fmt == "parquet" for _, fmt in delete_files)
+    read = metadata.positions([path for path, _ in delete_files]) if parquet else None
+    if read is not None:
+        import pyarrow.compute as pc
+
+        files = pc.unique(read.column("file_path")).to_pylist()  # known here: no Spark job for them
+        return arrow_to_spark(spark, read.rename_columns([_FILE, _POS])).distinct(), files
+    parts = [
+        spark.read.format(file_format).load([path for path, fmt in delete_files if fmt == file_format])
+        .select(F.col("file_path").alias(_FILE), F.col("pos").alias(_POS))
+        for file_format in sorted({fmt for _, fmt in delete_files})
+    ]
+    positions = functools.reduce(lambda a, b: a.unionByName(b), parts).distinct()
+    return positions, [r[0] for r in positions.select(_FILE).distinct().collect()]
 
 
 def _position_deleted(start, positions, files: list[str]):
