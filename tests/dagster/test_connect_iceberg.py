@@ -299,11 +299,11 @@ def test_a_sliced_run_over_connect_keeps_the_slices_before_a_failure_and_the_nex
     assert branches(folder, catalog) == ["main"]
 
 
-def test_each_tenant_keeps_its_own_cursor_over_connect(rest_catalog, connect_server, tmp_path):
+def test_each_tenant_keeps_its_own_cursor_over_connect(catalog, connect_server, tmp_path):
     """Static partitions (tenants) over Connect: each tenant's run commits its own cursor with its
     rows (the server's MERGE on (tenant, id)), and a run of one leaves the other's rows and
     cursor as they were."""
-    url, catalog = connect_server.url, rest_catalog
+    url = connect_server.url
     folder = project(tmp_path, url, catalog)
     source = [["acme", 1, 10, 1], ["acme", 2, 20, 3], ["globex", 1, 100, 5]]
     common = dict(asset="tenants", disposition=UPSERT, frame=True)
