@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dagster_incremental.cursor.upstream import Snapshot
+from dagster_incremental.spark.iceberg.snapshots import CatalogSnapshots, JavaSnapshots, Snapshots
 
 POSITION_DELETES = "position_deletes"
 POSITIONS = ["file_path", "pos"]  # a position-delete file's columns: the data file and the row's position
@@ -31,15 +32,15 @@ class CommitFiles:
 
 
 class ChangeMetadata(ABC):
-    """One upstream table's metadata, as loaded when this object was made."""
+    """One upstream table's metadata, as loaded when this object was made; `snapshots` answers
+    for one snapshot (its summary, parent and commit time: snapshots.py, as a commit's figures
+    read them)."""
+
+    snapshots: Snapshots
 
     @abstractmethod
     def history(self) -> tuple[list[Snapshot], int | None]:
         """Every snapshot, and the current one (None: no commit yet)."""
-
-    @abstractmethod
-    def summary(self, snapshot_id: int) -> tuple[dict[str, str], int] | None:
-        """A snapshot's summary and when it was committed (epoch ms); None once it expired."""
 
     @abstractmethod
     def commit_files(self, snapshot_id: int) -> CommitFiles:
@@ -57,17 +58,12 @@ class JavaChangeMetadata(ChangeMetadata):
     def __init__(self, spark: Any, table: Any) -> None:
         self.jvm, self.table = spark._jvm, table
         table.refresh()  # another process may have committed since this session cached it
+        self.snapshots = JavaSnapshots(self.jvm, table)
 
     def history(self) -> tuple[list[Snapshot], int | None]:
         history = [Snapshot(s.snapshotId(), s.parentId(), s.operation()) for s in self.table.snapshots()]
         current = self.table.currentSnapshot()
         return history, current.snapshotId() if current is not None else None
-
-    def summary(self, snapshot_id: int) -> tuple[dict[str, str], int] | None:
-        from dagster_incremental.spark.iceberg.snapshots import java_json
-
-        snapshot = self.table.snapshot(snapshot_id)
-        return None if snapshot is None else (java_json(self.jvm, snapshot.summary()), int(snapshot.timestampMillis()))
 
     def commit_files(self, snapshot_id: int) -> CommitFiles:
         snapshot, io = self.table.snapshot(int(snapshot_id)), self.table.io()
@@ -103,17 +99,12 @@ class CatalogChangeMetadata(ChangeMetadata):
 
     def __init__(self, table: Any, metadata: Any) -> None:
         self.table, self.metadata = table, metadata
+        self.snapshots = CatalogSnapshots(lambda: (table, metadata))
 
     def history(self) -> tuple[list[Snapshot], int | None]:
-        history = [Snapshot(raw["snapshot-id"], raw.get("parent-snapshot-id"), _operation(raw))
-                   for raw in self.metadata.snapshots().values()]
+        found = (self.snapshots.get(snapshot_id) for snapshot_id in self.metadata.snapshots())
+        history = [Snapshot(s.snapshot_id, s.parent_id, s.operation) for s in found if s is not None]
         return history, self.metadata.current_snapshot_id()
-
-    def summary(self, snapshot_id: int) -> tuple[dict[str, str], int] | None:
-        raw = self.metadata.snapshots().get(int(snapshot_id))
-        if raw is None:
-            return None
-        return {k: str(v) for k, v in (raw.get("summary") or {}).items()}, int(raw["timestamp-ms"])
 
     def commit_files(self, snapshot_id: int) -> CommitFiles:
         from pyiceberg.manifest import DataFileContent, ManifestEntryStatus
@@ -139,8 +130,3 @@ class CatalogChangeMetadata(ChangeMetadata):
 
         return pa.concat_tables(pq.read_table(self.table.io.new_input(path).open(), columns=POSITIONS)
                                 for path in delete_files)
-
-
-def _operation(raw: dict) -> str:
-    """A snapshot's operation (append, overwrite, delete, replace), kept in its summary."""
-    return str((raw.get("summary") or {}).get("operation", ""))

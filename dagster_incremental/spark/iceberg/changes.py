@@ -84,10 +84,10 @@ class IcebergChanges:
         until the sum passes `above`."""
         metadata, total = self._metadata(spark, table), 0
         for snapshot_id in commits:
-            found = metadata.summary(snapshot_id) if metadata is not None else None
+            found = metadata.snapshots.get(snapshot_id) if metadata is not None else None
             if found is None:  # expired meanwhile: unknown, so past any bound
                 return above + 1
-            total += sum(int(found[0].get(key) or 0) for key in _WRITTEN_ROWS)
+            total += sum(int(found.summary.get(key) or 0) for key in _WRITTEN_ROWS)
             if total > above:
                 break
         return total
@@ -96,12 +96,11 @@ class IcebergChanges:
         """When `snapshot_id` was committed (epoch milliseconds) and, when `rows`, how many rows
         the table held then, from its snapshot; None where unknown. No job."""
         metadata = self._metadata(spark, table)
-        found = metadata.summary(snapshot_id) if metadata is not None else None
+        found = metadata.snapshots.get(snapshot_id) if metadata is not None else None
         if found is None:
             return None, None
-        summary, committed_ms = found
-        total = summary.get("total-records") if rows else None
-        return committed_ms, int(total) if total is not None else None
+        total = found.summary.get("total-records") if rows else None
+        return round(found.committed_at.timestamp() * 1000), int(total) if total is not None else None
 
     def table_at(self, spark, table: TableRef, snapshot_id: int | None):
         """The table as of one snapshot (lazy: no Spark job until it is used)."""
