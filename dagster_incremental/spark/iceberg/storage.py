@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from dagster_incremental.spark.iceberg.snapshots import java_json
+
 S3_SCHEMES = ("s3", "s3a", "s3n")
 S3_FILE_IOS = ("org.apache.iceberg.aws.s3.S3FileIO", "org.apache.iceberg.io.ResolvingFileIO")
 
@@ -55,9 +57,9 @@ class TableStorage:
 
     @classmethod
     def of_table(cls, jvm: Any, iceberg: Any) -> TableStorage | None:
-        """The storage of an org.apache.iceberg.Table's files (two py4j calls)."""
+        """The storage of an org.apache.iceberg.Table's files (a few py4j calls)."""
         io = iceberg.io()
-        properties = {str(k): str(v) for k, v in dict(io.properties()).items()}
+        properties = {str(k): str(v) for k, v in java_json(jvm, io.properties()).items()}
         return cls.for_location(str(iceberg.location()), str(io.getClass().getName()), properties)
 
     def path(self, location: str) -> str:
