@@ -10,9 +10,6 @@ Delta release on Maven Central for them yet.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,33 +98,9 @@ def _next_minor(line: str) -> str:
 @functools.cache
 def running_line() -> SparkLine:
     """The line of the PySpark this process imports."""
-    return line_of(pyspark_version())
+    import pyspark
 
-
-def pyspark_version() -> str:
-    """The version of the PySpark this process imports, read from its `version.py` while it is
-    not imported yet: a run that starts no Spark (rows committed in process, a sensor tick)
-    would otherwise import PySpark only for this (0.1 s of a fresh process)."""
-    if "pyspark" in sys.modules:
-        return sys.modules["pyspark"].__version__
-    written = re.search(r"""__version__[^=]*=\s*['"]([^'"]+)['"]""", _pyspark_folder().joinpath("version.py").read_text())
-    if written is None:  # pragma: no cover - a PySpark that writes its version otherwise
-        import pyspark
-
-        return pyspark.__version__
-    return written.group(1)
-
-
-def _pyspark_folder() -> Path:
-    """The folder of the PySpark package this process imports (found, not imported)."""
-    if "pyspark" in sys.modules:
-        return Path(sys.modules["pyspark"].__file__ or "").parent
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        import pyspark  # not installed: its ImportError says so
-
-        return Path(pyspark.__file__).parent
-    return Path(list(spec.submodule_search_locations)[0])
+    return line_of(pyspark.__version__)
 
 
 def s3a_artifacts(hadoop: str) -> tuple[Coordinates, Coordinates]:
@@ -147,12 +120,14 @@ def s3a_artifacts(hadoop: str) -> tuple[Coordinates, Coordinates]:
 @functools.cache
 def running_hadoop() -> str:
     """The Hadoop version of the jars the running PySpark ships (`hadoop-client-api-<v>.jar`)."""
-    jars = sorted((_pyspark_folder() / "jars").glob("hadoop-client-api-*.jar"))
+    import pyspark
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
     if not jars:
         from dagster_incremental.errors import IncrementalConfigError
 
         raise IncrementalConfigError(
-            f"The installed PySpark ({pyspark_version()}) ships no Hadoop jars (a client-only "
+            f"The installed PySpark ({pyspark.__version__}) ships no Hadoop jars (a client-only "
             "install?), so S3A's jars for Delta on S3 cannot be chosen: install the full `pyspark` "
             "package, or name S3A's jars in config.toml [spark.conf] spark.jars.packages.",
             section="[spark.conf]", key="spark.jars.packages")

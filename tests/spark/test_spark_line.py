@@ -14,7 +14,7 @@ from dagster_incremental.errors import IncrementalConfigError
 from dagster_incremental.spark.delta.session_setup import delta_conf
 from dagster_incremental.spark.iceberg.session_setup import iceberg_runtime_jar
 from dagster_incremental.spark.session_conf import spark_conf
-from dagster_incremental.spark.spark_line import pyspark_version, running_hadoop, running_line
+from dagster_incremental.spark.spark_line import running_line
 
 TESTS = Path(__file__).resolve().parents[1]
 SPARK_35_DELTA = "io.delta:delta-spark_2.12:3.3.2,io.delta:delta-storage:3.3.2"
@@ -167,17 +167,3 @@ def test_maven_jars_prints_each_lines_coordinates():
         "org.apache.hadoop:hadoop-aws:3.4.1", "software.amazon.awssdk:bundle:2.24.6"]
     running = running_line().name
     assert _maven_jars() == _maven_jars("--line", running)  # this machine's PySpark ships its line's Hadoop
-
-
-def test_the_running_line_is_read_without_importing_pyspark():
-    """A run that starts no Spark (rows committed in process, a sensor tick) pays no PySpark import
-    for choosing jars: the version comes from the installed package's own files."""
-    probe = ("import sys\n"
-             "from dagster_incremental.spark.spark_line import pyspark_version, running_hadoop, running_line\n"
-             "print(pyspark_version(), running_line().name, running_hadoop(), 'pyspark' in sys.modules)\n"
-             "import pyspark\n"
-             "print(pyspark.__version__)\n")
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True).stdout.split()
-    read, line, hadoop, imported, installed = out
-    assert (read, imported) == (installed, "False") == (pyspark_version(), "False")
-    assert (line, hadoop) == (running_line().name, running_hadoop())
