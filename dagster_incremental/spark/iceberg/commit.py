@@ -144,7 +144,7 @@ def _run_with_slot(jvm: Any, slot: Any, java_map: Any, props: Mapping[str, str],
 
 def _thread_properties(jvm: Any) -> dict[str, str]:
     """The commit properties Iceberg holds for the current JVM thread (as JSON: iterating the
-    Java map over py4j cost 40-55 ms, twice a commit)."""
+    Java map over py4j cost 37-54 ms, twice a commit)."""
     return java_json(jvm, jvm.org.apache.iceberg.spark.CommitMetadata.commitProperties())
 
 
