@@ -62,7 +62,7 @@ def replace_window(
     condition = f"{window_sql} AND {_matching_condition(window_sql, [])}"
     if moved_keys is not None:
         keys = [resolve_column(commit.table, table_schema, k) for k in commit.spec.primary_key]
-        source = source.unionByName(_key_delete_rows(moved_keys, table_schema, keys))
+        source = source.unionByName(_key_delete_rows(moved_keys, table_schema, keys), allowMissingColumns=True)
         condition = _matching_condition(window_sql, keys)
     view = f"di_window_{commit.commit_id}"
     source.createOrReplaceTempView(view)
@@ -108,17 +108,15 @@ def _statement(commit: DataCommit, view: str, condition: str, names: list[str]) 
 def _window_source(
     spark: SparkSession, rows: DataFrame, table_schema: T.StructType, column: str, window: WindowReplace
 ) -> DataFrame:
-    """The rows to insert plus the one "delete" row that matches every target row in the window.
+    """The rows to insert plus the one "delete" row that matches every target row in the window
+    (its data columns NULL of the table's types, filled in by the union: a typed NULL per column
+    cost about six py4j round trips each).
 
     A batch row outside the window would land outside it and survive every re-run of the window
     (duplicates). The check rides in the insert flag, which the MERGE evaluates for every source
     row, so it fails the statement before its commit: no extra Spark job.
     """
-    delete_row = spark.range(1).select(
-        *(F.lit(None).cast(f.dataType).alias(f.name) for f in table_schema.fields),
-        F.lit(False).alias(WINDOW_OP),
-        F.lit(False).alias(KEY_DELETE_OP),
-    )
+    delete_row = spark.range(1).select(F.lit(False).alias(WINDOW_OP), F.lit(False).alias(KEY_DELETE_OP))
     flag = F.when(window_rows(window, column), F.lit(True)).otherwise(
         F.raise_error(F.lit(_WINDOW_VIOLATION)).cast("boolean")
     )
@@ -127,7 +125,7 @@ def _window_source(
         flag.alias(WINDOW_OP),
         F.lit(False).alias(KEY_DELETE_OP),
     )
-    return source.unionByName(delete_row)
+    return source.unionByName(delete_row, allowMissingColumns=True)
 
 
 def window_rows(window: WindowReplace, column: str | None = None) -> Column:
@@ -156,12 +154,10 @@ def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, A
 
 
 def _key_delete_rows(moved_keys: DataFrame, table_schema: T.StructType, keys: list[str]) -> DataFrame:
-    """Source rows that delete the batch's keys wherever they lie outside the window."""
+    """Source rows that delete the batch's keys wherever they lie outside the window (only the
+    key columns: the union fills the others with NULLs)."""
     return moved_keys.select(
-        *(
-            (F.col(quote(f.name)) if f.name in keys else F.lit(None)).cast(f.dataType).alias(f.name)
-            for f in table_schema.fields
-        ),
+        *(F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in table_schema.fields if f.name in keys),
         F.lit(False).alias(WINDOW_OP),
         F.lit(True).alias(KEY_DELETE_OP),
     )
