@@ -53,7 +53,7 @@ from dagster_incremental.spark.iceberg.branch import (
     new_branch_name,
 )
 from dagster_incremental.spark.iceberg.over_connect import CatalogTables, session_commit_properties
-from dagster_incremental.spark.iceberg.snapshots import JavaSnapshots, Snapshots, java_json
+from dagster_incremental.spark.iceberg.snapshots import JavaSnapshots, Snapshots, java_class, java_json
 from dagster_incremental.spark.write_spec import (
     RUN_ID_PROPERTY,
     SCOPE_PROPERTY,
@@ -145,7 +145,7 @@ def _run_with_slot(jvm: Any, slot: Any, java_map: Any, props: Mapping[str, str],
 def _thread_properties(jvm: Any) -> dict[str, str]:
     """The commit properties Iceberg holds for the current JVM thread (as JSON: iterating the
     Java map over py4j cost 37-54 ms, twice a commit)."""
-    return java_json(jvm, jvm.org.apache.iceberg.spark.CommitMetadata.commitProperties())
+    return java_json(jvm, java_class(jvm, "org.apache.iceberg.spark.CommitMetadata").commitProperties())
 
 
 def ensure_callback_server(spark: SparkSession) -> None:
@@ -193,7 +193,7 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
         return _run_with_slot(jvm, slot, java_map, props, fn)
     ensure_callback_server(spark)
     callable_ = _CommitCallable(jvm, props, fn)
-    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+    java_class(jvm, "org.apache.iceberg.spark.CommitMetadata").withCommitProperties(
         java_map, callable_, jvm.java.lang.RuntimeException._java_lang_class
     )
     if callable_.error is not None:
@@ -203,7 +203,7 @@ def with_commit_properties(spark: SparkSession, properties: Mapping[str, str], f
 
 def iceberg_table(spark: SparkSession, table: TableRef) -> Any:
     """The org.apache.iceberg.Table behind a Spark table (py4j; no Spark job)."""
-    return _jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table.sql)
+    return java_class(_jvm(spark), "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(spark._jsparkSession, table.sql)
 
 
 def _jvm(spark: SparkSession) -> Any:

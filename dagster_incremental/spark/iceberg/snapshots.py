@@ -8,6 +8,7 @@ commit id made); only where the answers come from differs."""
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -126,10 +127,29 @@ class CatalogSnapshots(Snapshots):
 
 def java_json(jvm: Any, value: Any) -> Any:
     """A Java map or collection of strings (a snapshot summary, table properties, ref names) as
-    a dict or list, in two py4j calls. (`dict(value)` costs two calls per entry, and pyspark
-    converts the exception that ends every py4j iteration with a dozen more: ~60 round trips
-    for one snapshot summary.)"""
-    return json.loads(str(jvm.org.apache.iceberg.util.JsonUtil.mapper().writeValueAsString(value)))
+    a dict or list, in one py4j call once the JVM's JSON mapper is known. (`dict(value)` costs
+    two calls per entry, and pyspark converts the exception that ends every py4j iteration with
+    a dozen more: ~60 round trips for one snapshot summary.)"""
+    mapper = _once(jvm, "JsonUtil.mapper()", lambda: java_class(jvm, "org.apache.iceberg.util.JsonUtil").mapper())
+    return json.loads(str(mapper.writeValueAsString(value)))
+
+
+def java_class(jvm: Any, name: str) -> Any:
+    """The Java class `name` (e.g. "org.apache.iceberg.spark.Spark3Util"), looked up once per
+    view of a JVM: each dotted step of `jvm.org.apache...` is a round trip (five to reach a class)."""
+    return _once(jvm, name, lambda: functools.reduce(getattr, name.split("."), jvm))
+
+
+# What _once looked up, by (id of the JVM view, what), kept with the view so that its id is never
+# another view's.
+_LOOKED_UP: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def _once(jvm: Any, what: str, look_up: Callable[[], Any]) -> Any:
+    found = _LOOKED_UP.get((id(jvm), what))
+    if found is None:
+        found = _LOOKED_UP[(id(jvm), what)] = (jvm, look_up())
+    return found[1]
 
 
 def _utc(millis: int) -> datetime:
