@@ -228,30 +228,30 @@ def _only(table: TableRef, frame: DataFrame, rows_of: tuple[str, Any] | None) ->
 
 
 def row_text(names: Sequence[str]) -> Any:
-    """A row's data as one comparable text (NULL fields left out, as JSON does)."""
-    return F.to_json(F.struct(*(F.col(quote(c)) for c in names))).alias("row")
+    """A row's data as one comparable text (NULL fields left out, as JSON does). Written as SQL:
+    one py4j call, where a Column per field cost two or three each."""
+    return F.expr(f"to_json(struct({', '.join(quote(c) for c in names)})) AS row")
 
 
 def key_columns(keys: Sequence[str]) -> list[Any]:
-    return [F.col(quote(k)).alias(f"k{i}") for i, k in enumerate(keys)]
+    return [F.expr(f"{quote(k)} AS k{i}") for i, k in enumerate(keys)]
 
 
 def signed_counts(signed: DataFrame, keys: int, by: Sequence[str] = ()) -> DataFrame:
     """Inserted/updated/deleted per `by` group from signed rows (row text, key columns k0..,
     sign +1 added / -1 removed): identical rows cancel out; per key a removed+added pair is an
-    update (no key: inserts and deletes only). Without `by`: one row of totals."""
+    update (no key: inserts and deletes only). Without `by`: one row of totals. (The sums are
+    SQL text: one py4j call each.)"""
     key_names = [f"k{i}" for i in range(keys)]
-    net = signed.groupBy(*by, "row", *key_names).agg(F.sum("sign").alias("n")).where(F.col("n") != 0)
-    added = F.greatest(F.col("n"), F.lit(0))
-    removed = F.greatest(-F.col("n"), F.lit(0))
+    net = signed.groupBy(*by, "row", *key_names).agg(F.expr("sum(sign) AS n")).where("n != 0")
+    added, removed = "sum(greatest(n, 0))", "sum(greatest(-n, 0))"
     if not key_names:
-        return net.groupBy(*by).agg(F.sum(added).alias("inserted"), F.lit(0).alias("updated"), F.sum(removed).alias("deleted"))
-    per_key = net.groupBy(*by, *key_names).agg(F.sum(added).alias("a"), F.sum(removed).alias("r"))
-    updated = F.least(F.col("a"), F.col("r"))
+        return net.groupBy(*by).agg(F.expr(f"{added} AS inserted"), F.expr("0 AS updated"), F.expr(f"{removed} AS deleted"))
+    per_key = net.groupBy(*by, *key_names).agg(F.expr(f"{added} AS a"), F.expr(f"{removed} AS r"))
     return per_key.groupBy(*by).agg(
-        F.sum(F.col("a") - updated).alias("inserted"),
-        F.sum(updated).alias("updated"),
-        F.sum(F.col("r") - updated).alias("deleted"),
+        F.expr("sum(a - least(a, r)) AS inserted"),
+        F.expr("sum(least(a, r)) AS updated"),
+        F.expr("sum(r - least(a, r)) AS deleted"),
     )
 
 
