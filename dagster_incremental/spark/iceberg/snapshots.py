@@ -136,7 +136,7 @@ def java_json(jvm: Any, value: Any) -> Any:
 
 def java_class(jvm: Any, name: str) -> Any:
     """The Java class `name` (e.g. "org.apache.iceberg.spark.Spark3Util"), looked up once per
-    view of a JVM: each dotted step of `jvm.org.apache...` is a round trip (five to reach a class)."""
+    view of a JVM: each dotted step of `jvm.org.apache...` is a py4j round trip."""
     return _once(jvm, name, lambda: functools.reduce(getattr, name.split("."), jvm))
 
 
