@@ -50,3 +50,18 @@ def in_window(ref: Any, start: Any, end: Any, start_open: bool = False, end_clos
         high = F.lit(sql_param(end))
         inside = inside & (ref <= high if end_closed else ref < high)
     return inside
+
+
+def in_window_sql(
+    ref: str, start: Any, end: Any, start_open: bool = False, end_closed: bool = False, *, param: str
+) -> tuple[str, dict[str, Any]]:
+    """in_window as SQL text over `ref` (a quoted column), for statements written whole: the
+    bounds are the named parameters `<param>_start` and `<param>_end`. Returns (condition, args)."""
+    bounds, args = [], {}
+    if start is not None:
+        bounds.append(f"{ref} {'>' if start_open else '>='} :{param}_start")
+        args[f"{param}_start"] = sql_param(start)
+    if end is not None:
+        bounds.append(f"{ref} {'<=' if end_closed else '<'} :{param}_end")
+        args[f"{param}_end"] = sql_param(end)
+    return " AND ".join(bounds) or "TRUE", args

@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark import errors as spark_errors
 from dagster_incremental.spark.data_commit import DataCommit
-from dagster_incremental.spark.sql import column_list, in_window, quote, sql_param
+from dagster_incremental.spark.sql import column_list, in_window, in_window_sql, quote
 from dagster_incremental.spark.statistics import resolve_column
 from dagster_incremental.spark.write_spec import WindowReplace
 
@@ -139,18 +139,11 @@ def window_rows(window: WindowReplace, column: str | None = None) -> Column:
 
 def _window_bounds(column: str, window: WindowReplace) -> tuple[str, dict[str, Any]]:
     """The window on the target as SQL with named parameters: (condition, args)."""
-    target_col = f"t.{quote(column)}"
-    bounds, args = [], {}
-    if window.start is not None:
-        bounds.append(f"{target_col} {'>' if window.start_open else '>='} :di_window_start")
-        args["di_window_start"] = sql_param(window.start)
-    if window.end is not None:
-        bounds.append(f"{target_col} {'<=' if window.end_closed else '<'} :di_window_end")
-        args["di_window_end"] = sql_param(window.end)
+    condition, args = in_window_sql(f"t.{quote(column)}", *window.bounds, param="di_window")
     if window.rows_of is not None:
-        bounds.append(f"t.{quote(window.rows_of[0])} = :di_window_only")
+        condition = f"{condition} AND t.{quote(window.rows_of[0])} = :di_window_only"
         args["di_window_only"] = window.rows_of[1]
-    return " AND ".join(bounds) or "TRUE", args
+    return condition, args
 
 
 def _key_delete_rows(moved_keys: DataFrame, table_schema: T.StructType, keys: list[str]) -> DataFrame:
