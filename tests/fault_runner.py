@@ -130,7 +130,10 @@ def main() -> int:
 
         def dying_local(*args, **kwargs):
             threading.Timer(float(os.environ.get("FAULT_DELAY", "0.3")), die).start()
-            return original_local(*args, **kwargs)
+            committed = original_local(*args, **kwargs)
+            if committed:  # delta-rs often commits within the delay: then it dies as the commit returns
+                die()
+            return committed
 
         delta_in_process._commit = dying_local  # local rows into Delta: delta-rs's commit
         for pyiceberg_catalog in pyiceberg_catalogs():

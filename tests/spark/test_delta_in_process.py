@@ -62,8 +62,9 @@ def write_outside_the_lock(monkeypatch, *args, **kwargs):
 
 
 def write(spark, table: TableRef, disposition: str, rows, state: int, guard=None):
-    spec = WriteSpec(table=table, disposition="merge" if disposition == "upsert" else "append",
-                     strategy="upsert" if disposition == "upsert" else None, primary_key=("id",))
+    merge = disposition in ("upsert", "delete-insert")
+    spec = WriteSpec(table=table, disposition="merge" if merge else "append",
+                     strategy=disposition if merge else None, primary_key=("id",))
     return DeltaWriter(spark).write(spec, batch(rows), commit=CommitInfo(state={"last_value": state}, run_id=f"r{state}"),
                                     deduplicated=True, guard=guard)
 
@@ -74,7 +75,8 @@ ROWS = st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["a", "b", "c"]),
                 min_size=1, max_size=4, unique_by=lambda r: r[0])
 # (disposition, rows, whether our table takes this batch through Spark too: a Spark MERGE or
 # INSERT into a table delta-rs created or last wrote)
-HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert"]), ROWS, st.booleans()), min_size=1, max_size=4)
+HISTORY = st.lists(st.tuples(st.sampled_from(["append", "upsert", "delete-insert"]), ROWS, st.booleans()),
+                   min_size=1, max_size=4)
 
 
 @settings(max_examples=int(os.environ.get("DI_PROPERTY_EXAMPLES", "4")), deadline=None,

@@ -11,16 +11,18 @@ gets the schema Spark's CREATE ... AS SELECT would give it (all columns nullable
 left out), and a run that loses the race to create it writes into the winner's table as the
 Spark path does. On S3 it runs under the table's commit lease, as every write does.
 
-Taken for: an append, and an upsert whose batch is already one row per key and has no
-tombstones, into an unpartitioned table without table properties or column mapping (new, or
-existing with columns the batch fits without a change); an upsert into an existing table of at most MAX_MERGE_ROWS
-held in memory (not spilled), when delta-rs (`deltalake`, the `delta` extra) is
-installed. The Spark path evolves schemas and runs every other strategy.
+Taken for: an append, and an upsert or a delete-insert on the primary key alone whose batch is
+already one row per key and has no tombstones, into an unpartitioned table without table
+properties or column mapping (new, or existing with columns the batch fits without a change); a
+merge into an existing table of at most MAX_MERGE_ROWS held in memory (not spilled), when
+delta-rs (`deltalake`, the `delta` extra) is installed. The Spark path evolves schemas and runs
+every other strategy.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -122,9 +124,13 @@ def may_take(spec: WriteSpec) -> bool:
     start Spark ahead of its commit, which would cost a JVM it likely never uses."""
     if importlib.util.find_spec("deltalake") is None or spec.partition_by or spec.table_properties:
         return False
-    if spec.disposition == "append":
-        return True
-    return (spec.disposition == "merge" and spec.merge_strategy == "upsert" and spec.keyed
+    return spec.disposition == "append" or _keyed_merge(spec)
+
+
+def _keyed_merge(spec: WriteSpec) -> bool:
+    """An upsert, or a delete-insert on the primary key alone, without hard deletes or
+    delete_missing: the merges delta-rs makes here."""
+    return (spec.disposition == "merge" and spec.merge_strategy in ("upsert", "delete-insert") and spec.keyed
             and not spec.delete_missing and spec.hard_delete_column is None)
 
 
@@ -135,8 +141,7 @@ def _takes(spec: WriteSpec, rows: LocalRows, deduplicated: bool) -> bool:
         return False
     if spec.disposition == "append":
         return True
-    return (spec.merge_strategy == "upsert" and spec.keyed and deduplicated and not spec.delete_missing
-            and spec.hard_delete_column is None and set(spec.primary_key) <= set(rows.column_names))
+    return _keyed_merge(spec) and deduplicated and set(spec.primary_key) <= set(rows.column_names)
 
 
 def _data(rows: LocalRows, table_schema: pa.Schema, time_zone: str,
@@ -212,9 +217,13 @@ def _commit(pending: DeltaCommit, target: Any, data: pa.Table | pa.RecordBatchRe
         if spec.disposition == "append":
             write_deltalake(target, data, mode="append", commit_properties=properties)
             return True
+        assert isinstance(data, pa.Table), "a merge's batch is held in memory"
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.primary_key)
-        target.merge(data, on, source_alias="s", target_alias="t", commit_properties=properties) \
-            .when_matched_update_all().when_not_matched_insert_all().execute()
+        if spec.merge_strategy == "delete-insert":
+            _delete_insert(target, data, spec.primary_key, on, properties)
+        else:
+            target.merge(data, on, source_alias="s", target_alias="t", commit_properties=properties) \
+                .when_matched_update_all().when_not_matched_insert_all().execute()
         return True
     except CommitFailedError as exc:
         if guarded:
@@ -224,6 +233,25 @@ def _commit(pending: DeltaCommit, target: Any, data: pa.Table | pa.RecordBatchRe
         return False
 
 
+_DELETE_ROW = f"{HELPER_PREFIX}delete_row"
+
+
+def _delete_insert(target: Any, data: pa.Table, keys: Sequence[str], on: str, properties: Any) -> None:
+    """delete-insert as Spark's MERGE makes it (spark/merge/delete_insert.py), in one MERGE: the
+    batch's rows to insert, which match nothing, and its keys as rows that delete every row of
+    the table holding one of them."""
+    nulls = {name: data.column(name) if name in keys else pa.nulls(data.num_rows, data.schema.field(name).type)
+             for name in data.column_names}
+    inserts = data.append_column(_DELETE_ROW, pa.repeat(False, data.num_rows))
+    schema = pa.schema([field.with_nullable(True) for field in inserts.schema])  # a key row's other columns are NULL
+    deletes = pa.table({**nulls, _DELETE_ROW: pa.repeat(True, data.num_rows)}, schema=schema)
+    source = pa.concat_tables([inserts.cast(schema), deletes])
+    target.merge(source, f"{on} AND s.`{_DELETE_ROW}`", source_alias="s",
+                 target_alias="t", commit_properties=properties) \
+        .when_matched_delete() \
+        .when_not_matched_insert_all(predicate=f"NOT s.`{_DELETE_ROW}`", except_cols=[_DELETE_ROW]).execute()
+
+
 def _result(pending: DeltaCommit, before: int | None) -> WriteResult:
     """The figures of the commit just made, from its own metrics in the log (no JVM)."""
     made = pending.own_commit(before)
@@ -231,17 +259,21 @@ def _result(pending: DeltaCommit, before: int | None) -> WriteResult:
     pending.made_commits.append(made)
     log = pending.log
     rows, columns = log.row_count(made.version), log.schema(made.version)
-    inserted, updated = _counts(made)
+    inserted, updated = _counts(made, pending.spec)
     assert rows is not None and columns is not None, "delta-rs records row counts and the schema"
     return WriteResult(rows_inserted=inserted, rows_updated=updated, rows_deleted=0, row_count=rows,
                        snapshot_id=made.version, schema=columns)
 
 
-def _counts(made: Commit) -> tuple[int, int]:
-    """(inserted, updated) from delta-rs's operation metrics (a WRITE's rows are all inserted)."""
-    if made.operation == "MERGE":
-        return made.count("num_target_rows_inserted"), made.count("num_target_rows_updated")
-    return made.count("num_added_rows"), 0
+def _counts(made: Commit, spec: WriteSpec) -> tuple[int, int]:
+    """(inserted, updated) from delta-rs's operation metrics (a WRITE's rows are all inserted).
+    A delete-insert counts as the Spark path's does: a batch key the table held is an update."""
+    if made.operation != "MERGE":
+        return made.count("num_added_rows"), 0
+    if spec.merge_strategy == "delete-insert":
+        matched = made.count("num_target_rows_deleted")
+        return made.count("num_target_rows_inserted") - matched, matched
+    return made.count("num_target_rows_inserted"), made.count("num_target_rows_updated")
 
 
 def storage_options(location: str) -> dict[str, str]:
