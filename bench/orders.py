@@ -7,6 +7,7 @@ on `id`, incremental on `updated_at`, all through `dg.materialize`. Same setting
 
     python -m bench.orders --rows 1000000 --changes 10000 --runs 6
     python -m bench.orders --rows 20000 --changes 1000 --runs 3 --verify    # checks the table (Arrow)
+    python -m bench.orders --format delta --strategy delete-insert          # delete-insert on `id`
     python -m bench.orders --profile /tmp/orders.prof                       # cProfile of run 0
     python -m bench.orders --rows 10000000 --runs 2 --profile /tmp/c.prof --profile-run 1 --jobs
                                             # cProfile of the change run, Spark's jobs of each run
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--verify", action="store_true", help="compare the final table with the workload's expectation")
     ap.add_argument("--lake", help="a JSON file naming another catalog (bench/lake.py: REST over S3)")
     ap.add_argument("--format", choices=["iceberg", "delta"], default="iceberg", help="the tables' format")
+    ap.add_argument("--strategy", choices=["upsert", "delete-insert"], default="upsert",
+                    help="the merge strategy on `id` (both end in the same table)")
     ap.add_argument("--remote", help="run over this Spark Connect server (sc://host:port; Delta, or Iceberg in a --lake JDBC or REST catalog)")
     ap.add_argument("--source", choices=["rows", "frame"], default="rows",
                     help="the asset gives dict rows (default) or a DataFrame of the IO manager's session")
@@ -172,7 +175,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         append.ROWS_PER_FILE = args.rows_per_file
     state = {"run": 0}
-    with common.workdir("bench_orders_", CONFIG) as wd:
+    config = CONFIG.replace('strategy = "upsert"', f'strategy = "{args.strategy}"')
+    with common.workdir("bench_orders_", config) as wd:
         if args.jobs:
             os.environ["BENCH_EVENT_LOG"] = tempfile.mkdtemp(prefix="events_", dir=wd.root)
         instance = dg.DagsterInstance.get()  # persistent: sqlite under the temp DAGSTER_HOME
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
             "engine": f"dagster-incremental+{args.format}",
             "remote": bool(args.remote),
             "source": args.source,
+            "strategy": args.strategy,
             "catalog": (lake or {}).get("catalog", common.CATALOG),
             "rows": args.rows,
             "changes": args.changes,
