@@ -20,7 +20,7 @@ from dagster_incremental.errors import DataShapeError
 from dagster_incremental.spark.merge.sql import DELETED
 from dagster_incremental.spark.sql import in_window, quote
 from dagster_incremental.spark.table_ref import TableRef
-from dagster_incremental.spark.write_spec import WindowReplace, WriteSpec
+from dagster_incremental.spark.write_spec import HELPER_PREFIX, WindowReplace, WriteSpec
 
 @dataclass(frozen=True)
 class Counts:
@@ -117,9 +117,9 @@ def net_window_counts(
     versions' rows in the windows.
 
     Why SQL text: built from DataFrame calls, each analysed by the JVM on its own, the same count
-    of a small table took about 0.8 of the time (bench/README.md, Session 40). The
-    windows filter the two versions as Columns, not as parameters of that statement: over Spark
-    Connect (4.1) a parameter below a GROUP BY stays unbound."""
+    of a small table took about 1.25 times as long (bench/README.md, Session 40). The windows
+    filter the two versions as Columns, not as parameters of that statement: over Spark Connect
+    (4.1) a parameter below a GROUP BY stays unbound."""
     names, schema = after.columns, after.schema
     ref = resolve_column(table, schema, column)
     key_names = [resolve_column(table, schema, k) for k in keys]
@@ -130,7 +130,8 @@ def net_window_counts(
 
         fields = ", ".join(col(n) if n in present else f"NULL AS {quote(n)}" for n in names)
         key_list = "".join(f", {col(k)} AS k{i}" for i, k in enumerate(key_names))
-        return f"SELECT di_window, to_json(struct({fields})) AS row{key_list}, {sign} AS sign FROM {view}"
+        return (f"SELECT {quote(_WINDOW)} AS di_window, to_json(struct({fields})) AS row{key_list}, "
+                f"{sign} AS sign FROM {view}")
 
     in_after = _in_windows(table, after, ref, windows, rows_of)
     in_before = None if before is None else _in_windows(table, before, ref, windows, rows_of)
@@ -144,17 +145,20 @@ def net_window_counts(
     return [_counts(r) if r else Counts() for r in rows]
 
 
+_WINDOW = f"{HELPER_PREFIX}window"  # never a table's column (the prefix is reserved)
+
+
 def _in_windows(
     table: TableRef, frame: DataFrame, ref: str, windows: Sequence[tuple[Any, ...]], rows_of: tuple[str, Any] | None
 ) -> DataFrame:
     """The frame's rows inside any of `windows` (in_window's arguments; with rows_of only those
-    rows), with the index of their window as `di_window`."""
+    rows), with the index of their window as the helper column _WINDOW."""
     inside = [in_window(F.col(quote(ref)), *bounds) for bounds in windows]
     index, anywhere = F.when(inside[0], F.lit(0)), inside[0]
     for i, condition in enumerate(inside[1:], start=1):
         index, anywhere = index.when(condition, F.lit(i)), anywhere | condition
     # the plain comparisons first: the format skips the files outside the windows
-    return frame.where(anywhere & _only(table, frame, rows_of)).withColumn("di_window", index)
+    return frame.where(anywhere & _only(table, frame, rows_of)).withColumn(_WINDOW, index)
 
 
 def net_counts(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> Counts:
