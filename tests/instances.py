@@ -7,7 +7,7 @@ and the stdout/stderr capture of the compute log manager; the same run here cost
 No test reads compute logs; every other storage is the one a user's `dagster dev` instance has.
 
 Each new instance starts as a copy of one made empty once per process: creating the SQLite
-schemas cost about 0.18 s an instance, opening copies of them 0.04 s (Session 40), over some
+schemas cost about 0.18 s an instance, opening copies of them 0.04 s (bench/README.md, Session 40), over some
 900 instances a suite run.
 """
 
