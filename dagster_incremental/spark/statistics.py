@@ -123,26 +123,35 @@ def net_window_counts(
     names, schema = after.columns, after.schema
     ref = resolve_column(table, schema, column)
     key_names = [resolve_column(table, schema, k) for k in keys]
+    in_after = _in_windows(table, after, ref, windows, rows_of)
+    in_before = None if before is None else _in_windows(table, before, ref, windows, rows_of)
+    by_window = {int(r.di_window): r for r in _net_of_versions(
+        in_after, in_before, names, key_names, (f"{quote(_WINDOW)} AS di_window",), by=("di_window",))}
+    rows = [by_window.get(i) for i in range(len(windows))]
+    return [_counts(r) if r else Counts() for r in rows]
 
-    def side(view: str, present: Sequence[str], sign: int) -> str:
+
+def _net_of_versions(
+    after: DataFrame, before: DataFrame | None, names: Sequence[str], keys: Sequence[str],
+    extra: Sequence[str] = (), by: Sequence[str] = (),
+) -> list[Any]:
+    """netting_sql's rows over the two versions' rows (their columns `names`, a column `before`
+    lacks NULL there), as temporary views: one statement. `extra`: select expressions of both
+    sides (the `by` columns)."""
+    def signed(view: str, present: Sequence[str], sign: int) -> str:
         def col(name: str) -> str:
             return quote(name) if name in present else "NULL"
 
         fields = ", ".join(col(n) if n in present else f"NULL AS {quote(n)}" for n in names)
-        key_list = "".join(f", {col(k)} AS k{i}" for i, k in enumerate(key_names))
-        return (f"SELECT {quote(_WINDOW)} AS di_window, to_json(struct({fields})) AS row{key_list}, "
-                f"{sign} AS sign FROM {view}")
+        key_list = "".join(f", {col(k)} AS k{i}" for i, k in enumerate(keys))
+        head = "".join(f"{e}, " for e in extra)
+        return f"SELECT {head}to_json(struct({fields})) AS row{key_list}, {sign} AS sign FROM {view}"
 
-    in_after = _in_windows(table, after, ref, windows, rows_of)
-    in_before = None if before is None else _in_windows(table, before, ref, windows, rows_of)
-    with temp_views(after=in_after, before=in_before) as views:
-        signed = side(views["after"], names, 1)
+    with temp_views(after=after, before=before) as views:
+        text = signed(views["after"], after.columns, 1)
         if before is not None:
-            signed += " UNION ALL " + side(views["before"], before.columns, -1)
-        text = netting_sql(signed, len(keys), by=("di_window",))
-        found = {int(r.di_window): r for r in after.sparkSession.sql(text).collect()}
-    rows = [found.get(i) for i in range(len(windows))]
-    return [_counts(r) if r else Counts() for r in rows]
+            text += " UNION ALL " + signed(views["before"], before.columns, -1)
+        return after.sparkSession.sql(netting_sql(text, len(keys), by)).collect()
 
 
 _WINDOW = f"{HELPER_PREFIX}window"  # never a table's column (the prefix is reserved)
@@ -164,12 +173,7 @@ def _in_windows(
 def net_counts(after: DataFrame, before: DataFrame, keys: Sequence[str]) -> Counts:
     """What changed from `before` to `after` (one table's two versions, in any format), netted:
     identical rows cancel, per key a removed+added pair is an update."""
-    names = after.columns
-    missing = [F.lit(None).alias(n) for n in names if n not in before.columns]
-    before = before.select(*(F.col(quote(n)) for n in names if n in before.columns), *missing)
-    signed = after.select(row_text(names), *key_columns(keys), F.lit(1).alias("sign")).unionByName(
-        before.select(row_text(names), *key_columns(keys), F.lit(-1).alias("sign")))
-    return signed_counts(signed, len(keys))
+    return _counts(_net_of_versions(after, before, after.columns, keys)[0])
 
 
 def rows_of_groups(table: TableRef, groups: Sequence[Sequence[str]], batch: DataFrame) -> Callable[[DataFrame], DataFrame]:
