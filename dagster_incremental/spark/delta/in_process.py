@@ -240,11 +240,11 @@ def _delete_insert(target: Any, data: pa.Table, keys: Sequence[str], on: str, pr
     """delete-insert as Spark's MERGE makes it (spark/merge/delete_insert.py), in one MERGE: the
     batch's rows to insert, which match nothing, and its keys as rows that delete every row of
     the table holding one of them."""
-    nulls = {name: data.column(name) if name in keys else pa.nulls(data.num_rows, data.schema.field(name).type)
+    key_rows = {name: data.column(name) if name in keys else pa.nulls(data.num_rows, data.schema.field(name).type)
              for name in data.column_names}
     inserts = data.append_column(_DELETE_ROW, pa.repeat(False, data.num_rows))
     schema = pa.schema([field.with_nullable(True) for field in inserts.schema])  # a key row's other columns are NULL
-    deletes = pa.table({**nulls, _DELETE_ROW: pa.repeat(True, data.num_rows)}, schema=schema)
+    deletes = pa.table({**key_rows, _DELETE_ROW: pa.repeat(True, data.num_rows)}, schema=schema)
     source = pa.concat_tables([inserts.cast(schema), deletes])
     target.merge(source, f"{on} AND s.`{_DELETE_ROW}`", source_alias="s",
                  target_alias="t", commit_properties=properties) \
