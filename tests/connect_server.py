@@ -59,11 +59,12 @@ class ConnectServer:
         return self.base / "connect-server.log"
 
     def conf(self) -> dict[str, str]:
-        from catalogs import shared_session_conf
+        from catalogs import SMALL_JOBS_JAVA_OPTIONS, shared_session_conf
 
         session = self.session_conf
         if session is None:
             session = shared_session_conf(self.warehouse, app_name="dagster-incremental-connect-server")
+            session["spark.driver.extraJavaOptions"] = SMALL_JOBS_JAVA_OPTIONS
         return {**session,
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.connect.grpc.binding.port": str(self.port),

@@ -30,6 +30,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from catalogs import SMALL_JOBS_JAVA_OPTIONS
+
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The fixed example data: shop history starts here (its clock ends 14 days later) ...
@@ -118,7 +120,7 @@ class StandaloneCluster:
             # thread; a taken port is an error, not a silent move to the next one.
             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
             SPARK_WORKER_OPTS="-Dspark.worker.cleanup.enabled=false",
-            SPARK_DAEMON_JAVA_OPTS="-Dspark.port.maxRetries=0",
+            SPARK_DAEMON_JAVA_OPTS=f"-Dspark.port.maxRetries=0 {SMALL_JOBS_JAVA_OPTIONS}",
             PYSPARK_PYTHON=sys.executable,
             # The library "installed on the worker": executors' Python workers inherit the
             # worker's environment, and the cursor filter's pandas UDF imports dagster_incremental.

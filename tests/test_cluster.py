@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from catalogs import Catalog
+from catalogs import SMALL_JOBS_JAVA_OPTIONS, Catalog
 from spark_cluster import BACKFILL, ROOT, TABLES, StandaloneCluster, listening_addresses, make_sources
 
 pytestmark = pytest.mark.spark
@@ -85,6 +85,8 @@ class Driver:
             "spark.default.parallelism": "2",
             "spark.executor.memory": "512m",
             "spark.cores.max": "1",
+            "spark.driver.extraJavaOptions": SMALL_JOBS_JAVA_OPTIONS,
+            "spark.executor.extraJavaOptions": SMALL_JOBS_JAVA_OPTIONS,
             **lake.spark_config,
         }
         env = {**os.environ, **lake.environment()}
