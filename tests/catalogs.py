@@ -178,7 +178,7 @@ SMALL_DATA_CONF = {
 # The JVMs the library does not start as a local driver (a Spark Connect server, a standalone
 # cluster's daemons, executors and driver), with what it gives a local one beyond the serial
 # collector: C1 alone, since on the tests' short statements C2's compiling costs more CPU than it
-# saves. test_cluster: 0.55-0.59 of the CPU seconds and 0.60-0.62 of the time; the JDBC catalog's
+# saves. test_cluster: 0.58-0.59 of the CPU seconds and 0.60-0.62 of the time; the JDBC catalog's
 # tests of test_connect_iceberg: 0.71-0.77 of the CPU, the same time on one worker (Session 41).
 SMALL_JOBS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
