@@ -175,11 +175,12 @@ SMALL_DATA_CONF = {
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
 }
 
-# The JVMs the library does not start as a local driver (a Spark Connect server, a standalone
-# cluster's daemons, executors and driver), with what it gives a local one beyond the serial
-# collector: C1 alone, since on the tests' short statements C2's compiling costs more CPU than it
-# saves. test_cluster: 0.58-0.59 of the CPU seconds and 0.60-0.62 of the time; the JDBC catalog's
-# tests of test_connect_iceberg: 0.71-0.77 of the CPU, the same time on one worker (Session 41).
+# Java options for the JVMs the tests start without the library: a Spark Connect server, and a
+# standalone cluster's daemons, executor and driver (on a spark:// master the library leaves the
+# JIT alone). The serial collector, and C1 alone as the library gives a local driver: on the
+# tests' short statements C2 costs more CPU in compiling than it saves. test_cluster: 0.58-0.59
+# of the CPU seconds and 0.60-0.62 of the time; test_connect_iceberg's JDBC tests: 0.71-0.77 of
+# the CPU in the same time on one worker (bench/README.md, Session 41).
 SMALL_JOBS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
