@@ -6,7 +6,7 @@ Maven Central serves no `iceberg-aws-bundle` 1.10.2 (the PyPI runtime's version,
 these tests run Spark 3.5 on the 1.10.1 pair, both from Central; other Spark lines on their own
 runtime's version. `.ci/run` fetches them before pytest starts (`python3 tests/maven_jars.py`
 prints the coordinates for the installed PySpark, `--line 3.5` or `--line 4` those of a named
-line; `mvn dependency:get` fetches each through the machine's own Maven settings); the tests only
+line; `.ci/fetch-jars` fetches them through the machine's own Maven settings); the tests only
 look in ~/.m2/repository, nothing downloads while they run.
 """
 
