@@ -177,10 +177,10 @@ SMALL_DATA_CONF = {
 
 # Java options for the JVMs whose JIT the library does not choose: the Spark Connect server the
 # tests start, and a standalone cluster's daemons, executor and driver (on a spark:// master the
-# library leaves the JIT alone). The serial collector, and C1 alone as the library gives a local driver: on the
-# tests' short statements C2 costs more CPU in compiling than it saves. test_cluster: 0.58-0.59
-# of the CPU seconds and 0.60-0.62 of the time; test_connect_iceberg's JDBC tests: 0.71-0.77 of
-# the CPU in the same time on one worker (bench/README.md, Session 41).
+# library leaves the JIT alone). The serial collector, and C1 alone as the library gives a local
+# driver: on the tests' short statements C2 costs more CPU in compiling than it saves.
+# test_cluster: 0.58-0.59 of the CPU seconds and 0.60-0.62 of the time; test_connect_iceberg's
+# JDBC tests: 0.71-0.77 of the CPU in the same time on one worker (bench/README.md, Session 41).
 SMALL_JOBS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
