@@ -241,7 +241,7 @@ def _delete_insert(target: Any, data: pa.Table, keys: Sequence[str], on: str, pr
     batch's rows to insert, which match nothing, and its keys as rows that delete every row of
     the table holding one of them."""
     key_rows = {name: data.column(name) if name in keys else pa.nulls(data.num_rows, data.schema.field(name).type)
-             for name in data.column_names}
+                for name in data.column_names}
     inserts = data.append_column(_DELETE_ROW, pa.repeat(False, data.num_rows))
     schema = pa.schema([field.with_nullable(True) for field in inserts.schema])  # a key row's other columns are NULL
     deletes = pa.table({**key_rows, _DELETE_ROW: pa.repeat(True, data.num_rows)}, schema=schema)
