@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from dagster_incremental.spark.jvm_startup import C1_CODE_CACHE
+
 CATALOG_KINDS = ("hadoop", "jdbc", "rest", "delta", "delta-s3")
 # For a test whose subject does not depend on the catalog (planning, counting, metadata): the
 # Hadoop catalog only. The commit paths (faults, races, exactly-once, branch commits, killed
@@ -178,10 +180,11 @@ SMALL_DATA_CONF = {
 # Java options for the JVMs whose JIT the library does not choose: the Spark Connect server the
 # tests start, and a standalone cluster's daemons, executor and driver (on a spark:// master the
 # library leaves the JIT alone). The serial collector, and C1 alone as the library gives a local
-# driver: on the tests' short statements C2 costs more CPU in compiling than it saves.
+# driver: on the tests' short statements C2 costs more CPU in compiling than it saves. And C1's
+# code cache at the tiered JIT's 240 MB, as the library gives it (spark/jvm_startup.py).
 # test_cluster: 0.58-0.59 of the CPU seconds and 0.60-0.62 of the time; test_connect_iceberg's
 # JDBC tests: 0.71-0.77 of the CPU in the same time on one worker (bench/README.md, Session 41).
-SMALL_JOBS_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_JOBS_JAVA_OPTIONS = f"-XX:TieredStopAtLevel=1 {C1_CODE_CACHE} -XX:+UseSerialGC"
 
 
 def session_jars() -> list[str]:

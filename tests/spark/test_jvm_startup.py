@@ -98,14 +98,17 @@ def test_the_key_follows_the_jars(folder, tmp_path):
     assert js.archive_key([str(jar)]) != js.archive_key([])
 
 
-def test_options_are_quiet_c1_for_local_masters_and_the_users_come_last(folder, monkeypatch):
+def test_options_are_quiet_c1_with_its_code_cache_for_local_masters_and_the_users_come_last(folder, monkeypatch):
     local = js.driver_java_options({"spark.master": "local[2]"})
     assert f"-Dlog4j2.configurationFile={js.QUIET_LOG4J}" in local and js.QUIET_LOG4J.is_file()
-    assert "-XX:TieredStopAtLevel=1" in local
+    assert "-XX:TieredStopAtLevel=1" in local and "-XX:ReservedCodeCacheSize=240m" in local
     remote = js.driver_java_options({"spark.master": "spark://spark-master:7077"})
-    assert "TieredStopAtLevel" not in remote
+    assert "TieredStopAtLevel" not in remote and "ReservedCodeCacheSize" not in remote
     mine = js.driver_java_options({"spark.master": "local", "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4 -Dx=1"})
     assert mine.endswith("-XX:TieredStopAtLevel=4 -Dx=1") and "TieredStopAtLevel=1" not in mine
+    assert "ReservedCodeCacheSize" not in mine  # the full JIT reserves its own
+    cache = js.driver_java_options({"spark.master": "local", "spark.driver.extraJavaOptions": "-XX:ReservedCodeCacheSize=64m"})
+    assert "-XX:TieredStopAtLevel=1" in cache and cache.count("ReservedCodeCacheSize") == 1
     own_archive = js.driver_java_options({"spark.driver.extraJavaOptions": "-XX:SharedArchiveFile=/a.jsa"})
     assert own_archive.count("SharedArchiveFile") == 1 and "ArchiveClassesAtExit" not in own_archive
     monkeypatch.setenv(js.ARCHIVE_SWITCH, "off")
