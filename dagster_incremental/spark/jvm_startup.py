@@ -16,7 +16,7 @@
 # - C1-only JIT (`-XX:TieredStopAtLevel=1`) for local masters: the driver's short jobs finish
 #   before the optimising compiler would pay off (see docs/performance.md). With C1 alone the JVM
 #   reserves 48 MB of code cache, not 240: a process running many statements filled it and then
-#   kept discarding compiled methods to compile them again (over 45 runs: 74,000 compilations and
+#   kept discarding compiled methods to compile them again (over 45 tests: 74,000 compilations and
 #   24 CPU-s in the JIT and its sweeper, against 40,000 and 9 with 240 MB). So C1 comes with
 #   the tiered JIT's 240 MB (`-XX:ReservedCodeCacheSize=240m`).
 #
