@@ -97,12 +97,19 @@ class CatalogBranch:
             self.refresh_server()
 
     def abandon(self) -> None:
-        """Drop the branch of a commit that was not published (best effort: a later publish
-        removes a day-old one too)."""
+        """Drop the branch of a commit that was not published, again on the newer table when
+        another writer committed meanwhile (the run that won a race, publishing); best effort:
+        a later publish removes a day-old one too."""
+        from dagster_incremental.spark.iceberg.local.catalog_table import CatalogMoved
+
         with contextlib.suppress(Exception):
-            table, metadata = self._loaded()
-            if self.name in (metadata.raw.get("refs") or {}):
-                table.manage_snapshots().remove_branch(self.name).commit()
+            for _ in range(TAKE_ATTEMPTS):
+                table, metadata = self._loaded()
+                if self.name not in (metadata.raw.get("refs") or {}):
+                    return
+                with contextlib.suppress(CatalogMoved):
+                    table.manage_snapshots().remove_branch(self.name).commit()
+                    return
 
     def _loaded(self) -> tuple[Any, Any]:
         self.snapshots.refresh()

@@ -504,8 +504,8 @@ class PendingCommit:
                 yield
                 return
             branch = self._branch(spark)
-            branch.take(self.guard)
             try:
+                branch.take(self.guard)  # inside: what fails after branching drops the branch too
                 yield
                 branch.publish()
             except BaseException:
