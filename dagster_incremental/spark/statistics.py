@@ -54,6 +54,30 @@ def batch_rows(aligned: DataFrame, spec: WriteSpec, known_rows: int | None = Non
     return BatchRows(rows=int(row.n) - tombstones, tombstones=tombstones)
 
 
+def matched_keys(batch: DataFrame, before: DataFrame, keys: Sequence[str]) -> tuple[int, int]:
+    """(rows, tombstones) of the prepared batch (one row per key) whose key `before` holds:
+    one semi-join on the key columns (spelt as the table spells them)."""
+    dead = tombstone(batch)
+    row = (
+        batch.select(*(F.col(quote(k)) for k in keys), dead.alias("dead"))
+        .join(before.select(*(F.col(quote(k)) for k in keys)), on=list(keys), how="left_semi")
+        .agg(F.sum((~F.col("dead")).cast("long")).alias("live"), F.sum(F.col("dead").cast("long")).alias("dead"))
+        .collect()[0]
+    )
+    return int(row.live or 0), int(row.dead or 0)
+
+
+def keyed_counts(rows: int, matched: tuple[int, int], removed: int | None = None) -> Counts:
+    """A keyed merge counted as MERGE counts it: of its `rows` (tombstones aside), those whose key
+    the table held are updates (`matched`: those rows, and the tombstones whose key it held), the
+    others inserts; a matched tombstone is a delete. `removed`: the rows the commit took out of
+    the table, when it can take out more than those (a delete-insert, a delete_missing upsert):
+    every removed row no batch row replaced is deleted, such as the other copies of a key the
+    table held twice."""
+    live, dead = matched
+    return Counts(inserted=rows - live, updated=live, deleted=dead if removed is None else removed - live)
+
+
 def resolve_column(table: TableRef, schema: T.StructType, name: str) -> str:
     """The table's spelling of column `name` (case-insensitively, as Spark resolves it)."""
     names = schema.fieldNames()

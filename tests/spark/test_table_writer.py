@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import re
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
@@ -18,6 +19,7 @@ from dagster_incremental.spark.iceberg.commit import conflicts_as_concurrent_run
 from dagster_incremental.spark.delta.writer import DeltaWriter
 from dagster_incremental.spark.errors import is_commit_conflict
 from dagster_incremental.spark.sql import quote
+from dagster_incremental.spark.delta.log import DeltaLog
 from dagster_incremental.spark.delta.table_ref import DeltaTableRef
 from dagster_incremental.spark.table_ref import TableRef
 from dagster_incremental.spark.iceberg.writer import TableWriter
@@ -505,6 +507,36 @@ def test_a_delete_insert_on_a_merge_key_counts_the_net_change_of_its_groups(spar
     # and gained e (an update, a delete), day 2 lost c and gained B (an update)
     expected = (1, 1, 2) if primary_key else (0, 2, 1)
     assert (r.rows_inserted, r.rows_updated, r.rows_deleted, r.row_count) == (*expected, 4)
+
+
+@pytest.mark.parametrize("source", ["frame", "arrow"])
+@pytest.mark.parametrize(("batch", "expected"), [
+    ([(2, D(2024, 1, 2), "B", False), (3, D(2024, 1, 2), "c", False)], (1, 1, 1, 3)),
+    ([(2, D(2024, 1, 2), "B", False)], (0, 1, 1, 2)),
+    ([(2, D(2024, 1, 2), None, True)], (0, 0, 2, 1)),
+], ids=["with-a-new-key", "alone", "tombstone"])
+def test_a_delete_insert_over_a_key_the_table_holds_twice_counts_the_other_copy_deleted(spark, format_writer, source,
+                                                                                       batch, expected):
+    """The table holds key 2 twice (someone appended it): a delete-insert on the primary key
+    removes both copies, so a batch row for it is one update and the other copy a delete, and a
+    tombstone deletes both. As a Spark frame and as local rows (on Delta, delta-rs's commit)."""
+    writer, table = format_writer
+    schema = "id bigint, day date, v string, deleted boolean"
+    tombstones = any(row[3] for row in batch)
+    spec = WriteSpec(table=table, disposition="merge", strategy="delete-insert", primary_key=("id",),
+                     hard_delete_column="deleted" if tombstones else None)
+    writer.write(spec, frame(spark, [(1, D(2024, 1, 1), "a", False), (2, D(2024, 1, 1), "b", False)], schema), commit=info(1))
+    writer.write(WriteSpec(table=table, disposition="append"), frame(spark, [(2, D(2024, 1, 1), "b2", False)], schema),
+                 commit=CommitInfo(state=None))
+    arrow = pa.schema([("id", pa.int64()), ("day", pa.date32()), ("v", pa.string()), ("deleted", pa.bool_())])
+    rows = (frame(spark, batch, schema) if source == "frame"
+            else pa.Table.from_pylist([dict(zip(arrow.names, row)) for row in batch], schema=arrow))
+    r = writer.write(spec, rows, commit=info(2), deduplicated=True)
+    assert (r.rows_inserted, r.rows_updated, r.rows_deleted, r.row_count) == expected
+    assert [row[0] for row in contents(spark, table)] == sorted([1, *(row[0] for row in batch if not row[3])])
+    if table.location is not None and source == "arrow" and not tombstones:  # Delta: the in-process commit's count
+        made = DeltaLog(table.location).actions(r.snapshot_id) or []
+        assert "delta-rs" in str(next(a["commitInfo"] for a in made if "commitInfo" in a).get("engineInfo"))
 
 
 def test_window_counts_per_partition_add_up_to_the_backfill(spark, writer, table):

@@ -37,7 +37,7 @@ def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, de
         inserted, updated, removed = window_change(spark, table, made.version, window, net_by or ())
     elif made is not None and made.operation == "MERGE" and net_by is not None and made.version > 0:
         inserted, updated, removed = net_change(spark, table, made.version, net_by, touched)
-    elif made is not None and made.operation == "MERGE" and pending.spec.merge_strategy == "delete-insert":
+    elif made is not None and made.operation == "MERGE" and touched is not None:  # delete-insert on the primary key
         inserted, updated, removed = _keyed_delete_insert(spark, pending, made, touched)
     elif made is not None and made.operation == "MERGE":
         inserted = made.count("numTargetRowsInserted")
@@ -54,15 +54,20 @@ def result(spark: SparkSession, pending: DeltaCommit, made: Commit | None, *, de
 
 
 def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit,
-                         touched: Touched | None) -> tuple[int, int, int]:
+                         touched: Touched) -> tuple[int, int, int]:
     """delete-insert on the primary key, counted as a MERGE on the key counts (as on Iceberg): a
-    batch key the table held is an update, equal values too; a tombstone's key it held a delete
-    (those are the keys gone for good, found by netting the two versions)."""
-    matched, added = made.count("numTargetRowsDeleted"), made.count("numTargetRowsInserted")
-    gone = 0
-    if pending.spec.hard_delete_column and made.version > 0:
-        _, _, gone = net_change(spark, pending.table, made.version, pending.spec.primary_key, touched)
-    return added - (matched - gone), matched - gone, gone
+    batch key the table held is an update, equal values too; a tombstone's key it held a delete,
+    and so is every other row the MERGE removed (the copies of a key the table held twice).
+    `touched`: the batch (one row per key) is its second item."""
+    from dagster_incremental.spark.statistics import keyed_counts, matched_keys, resolve_column
+
+    matched = (0, 0)
+    if made.version > 0:
+        batch = touched[1]
+        keys = [resolve_column(pending.table, batch.schema, k) for k in pending.spec.primary_key]
+        matched = matched_keys(batch, at_version(spark, pending.table, made.version - 1), keys)
+    counts = keyed_counts(made.count("numTargetRowsInserted"), matched, removed=made.count("numTargetRowsDeleted"))
+    return counts.inserted, counts.updated, counts.deleted
 
 
 def unchanged(table: TableRef, version: int | None, spark: Callable[[], SparkSession]) -> WriteResult:

@@ -21,7 +21,9 @@ every other strategy.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,7 @@ from dagster_incremental.spark.delta.log import Commit
 from dagster_incremental.spark.delta.storage import on_s3, s3_settings
 from dagster_incremental.spark.local.rows import LocalRows
 from dagster_incremental.spark.schema_evolution import creatable_schema, spark_schema_of_arrow
+from dagster_incremental.spark.statistics import Counts, keyed_counts
 from dagster_incremental.spark.write_spec import HELPER_PREFIX, WriteResult, WriteSpec
 
 # Larger upserts into an existing table take Spark's MERGE: delta-rs reads the files a merge
@@ -77,10 +80,13 @@ def write_in_process(pending: DeltaCommit, rows: LocalRows, *, deduplicated: boo
     if data is None:
         return None
     before = target.version()
+    held = _held_keys(pending, before, data) if _replaces_keys(spec) else 0
+    if held is None:
+        return None  # the table's keys can't be read here: Spark's path writes and counts it
     count = pending.checked_count()  # raises StaleCursor under a guard whose cursor moved
     if not _commit(pending, target, data, count):
         return None
-    return _result(pending, before)
+    return _result(pending, before, held, data)
 
 
 class _CreatedByAnother(Exception):
@@ -252,28 +258,60 @@ def _delete_insert(target: Any, data: pa.Table, keys: Sequence[str], on: str, pr
         .when_not_matched_insert_all(predicate=f"NOT s.`{_DELETE_ROW}`", except_cols=[_DELETE_ROW]).execute()
 
 
-def _result(pending: DeltaCommit, before: int | None) -> WriteResult:
-    """The figures of the commit just made, from its own metrics in the log (no JVM)."""
+def _result(pending: DeltaCommit, before: int | None, held: int = 0,
+            batch: pa.Table | pa.RecordBatchReader | None = None) -> WriteResult:
+    """The figures of the commit just made, from its own metrics in the log (no JVM). `held`: a
+    delete-insert's batch keys the table held at `before` (counted again on the version the
+    commit followed, when an unguarded commit landed later)."""
     made = pending.own_commit(before)
     assert made is not None, "the in-process commit is in the log"
     pending.made_commits.append(made)
     log = pending.log
     rows, columns = log.row_count(made.version), log.schema(made.version)
-    inserted, updated = _counts(made, pending.spec)
+    if batch is not None and _replaces_keys(pending.spec) and made.version - 1 != before:
+        again = _held_keys(pending, made.version - 1, batch)
+        held = again if again is not None else held
+    counts = _counts(made, pending.spec, held)
     assert rows is not None and columns is not None, "delta-rs records row counts and the schema"
-    return WriteResult(rows_inserted=inserted, rows_updated=updated, rows_deleted=0, row_count=rows,
-                       snapshot_id=made.version, schema=columns)
+    return WriteResult(rows_inserted=counts.inserted, rows_updated=counts.updated, rows_deleted=counts.deleted,
+                       row_count=rows, snapshot_id=made.version, schema=columns)
 
 
-def _counts(made: Commit, spec: WriteSpec) -> tuple[int, int]:
-    """(inserted, updated) from delta-rs's operation metrics (a WRITE's rows are all inserted).
-    A delete-insert counts as the Spark path's does: a batch key the table held is an update."""
+def _counts(made: Commit, spec: WriteSpec, held: int) -> Counts:
+    """What delta-rs's operation metrics say the commit did (a WRITE's rows are all inserted).
+    A delete-insert counts as the Spark path's does (`held`: its batch keys the table held)."""
     if made.operation != "MERGE":
-        return made.count("num_added_rows"), 0
+        return Counts(inserted=made.count("num_added_rows"))
     if spec.merge_strategy == "delete-insert":
-        matched = made.count("num_target_rows_deleted")
-        return made.count("num_target_rows_inserted") - matched, matched
-    return made.count("num_target_rows_inserted"), made.count("num_target_rows_updated")
+        removed = made.count("num_target_rows_deleted")
+        return keyed_counts(made.count("num_target_rows_inserted"), (held, 0), removed=removed)
+    return Counts(inserted=made.count("num_target_rows_inserted"), updated=made.count("num_target_rows_updated"))
+
+
+def _replaces_keys(spec: WriteSpec) -> bool:
+    """A delete-insert: it removes every row of a batch key, however many the table holds."""
+    return spec.disposition == "merge" and spec.merge_strategy == "delete-insert"
+
+
+def _held_keys(pending: DeltaCommit, version: int, batch: pa.Table | pa.RecordBatchReader) -> int | None:
+    """How many rows of `batch` (one per key) have a key the table held at `version`: only its
+    key columns read, filtered by the batch's keys (a NULL key matches nothing). None: delta-rs
+    cannot read them so (Spark's path then writes the batch, and counts it)."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    location, keys = pending.spec.table.location, list(pending.spec.primary_key)
+    if location is None or not isinstance(batch, pa.Table):
+        return None
+    try:
+        table = DeltaTable(location, version=version, storage_options=storage_options(location) or None)
+        dataset = table.to_pyarrow_dataset()
+        wanted = batch.select(keys).drop_null().cast(pa.schema([dataset.schema.field(k) for k in keys]))
+        only_wanted = functools.reduce(operator.and_, (ds.field(k).isin(wanted[k]) for k in keys))
+        found = dataset.to_table(columns=keys, filter=only_wanted)
+        return wanted.join(found.group_by(keys).aggregate([]), keys=keys, join_type="left semi").num_rows
+    except Exception:  # noqa: BLE001 - a table or type this read does not take: Spark's path counts it
+        return None
 
 
 def storage_options(location: str) -> dict[str, str]:

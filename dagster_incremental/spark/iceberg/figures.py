@@ -18,11 +18,12 @@ from dagster_incremental.spark.statistics import (
     BatchRows,
     Counts,
     key_columns,
+    keyed_counts,
+    matched_keys,
     net_window_counts,
     resolve_column,
     row_text,
     signed_counts,
-    tombstone,
     window_replace_counts,
 )
 from dagster_incremental.spark.table_ref import TableRef
@@ -52,8 +53,9 @@ def commit_result(
     snapshot, where rows identical on both sides cancel out and per key a removed+added pair is
     an update (no key: inserts and deletes only). "keyed" (upsert, delete-insert on the primary
     key alone) counts as MERGE does: a batch row whose key was in the table is an update, a
-    tombstone whose key was there a delete, the others inserts. "refresh": the table's rows were
-    all replaced (previous_rows deleted). "window" (a window replace): the net change of the
+    tombstone whose key was there a delete, the others inserts, and any other row the commit
+    removed a delete (a key the table held twice, under delete-insert). "refresh": the table's
+    rows were all replaced (previous_rows deleted). "window" (a window replace): the net change of the
     window's rows between the parent and our snapshot (see _window_net), whatever the table's
     write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
     already known to the writer (the local merge matched the batch's keys itself).
@@ -130,20 +132,23 @@ def _counts(
     snapshots: Snapshots,
 ) -> Counts:
     summary = snapshot.summary
-    if kind == "keyed" and batch is not None and aligned is not None and spec.delete_missing:
-        matched = _matched_keys(spark, spec, aligned, batch, snapshot)
-        return _with_missing_deleted(spark, spec, snapshot, matched, snapshots)
     if kind == "keyed" and batch is not None and aligned is not None:
+        if spec.delete_missing or spec.merge_strategy == "delete-insert":
+            # it may remove rows no batch row replaces: delete_missing's absent keys, the other
+            # copies of a key the table held twice (a delete-insert removes every copy)
+            removed = _rows_removed(spark, spec, snapshot, batch.rows, snapshots)
+            return keyed_counts(batch.rows, _matched_keys(spark, spec, aligned, snapshot), removed)
         if not batch.tombstones and not _int(summary, "added-equality-deletes"):
-            # Every batch row leaves exactly one live row: the live rows it added are inserts.
-            # Live = records - position deletes, whether files were rewritten (copy-on-write)
-            # or deletes written (merge-on-read, where a delete file also absorbs the earlier
-            # deletes of its data file: added minus removed is what this commit deleted).
+            # An upsert adds live rows for its new keys only (every copy of a key the table held
+            # is rewritten, not removed): the live rows it added are inserts. Live = records -
+            # position deletes, whether files were rewritten (copy-on-write) or deletes written
+            # (merge-on-read, where a delete file also absorbs the earlier deletes of its data
+            # file: added minus removed is what this commit deleted).
             records = _int(summary, "added-records") - _int(summary, "deleted-records")
             deletes = _int(summary, "added-position-deletes") - _int(summary, "removed-position-deletes")
             inserted = records - deletes
             return Counts(inserted=inserted, updated=batch.rows - inserted)
-        return _matched_keys(spark, spec, aligned, batch, snapshot)
+        return keyed_counts(batch.rows, _matched_keys(spark, spec, aligned, snapshot))
     if kind == "changes" and _int(summary, "added-delete-files"):
         # merge-on-read (a user's table property): Iceberg's changelog scan can't read delete
         # files; the summary says how many rows were added and how many marked deleted, but
@@ -160,40 +165,20 @@ def _counts(
     return Counts(inserted=_int(summary, "added-records"), deleted=_int(summary, "deleted-records"))
 
 
-def _matched_keys(
-    spark: SparkSession, spec: WriteSpec, aligned: DataFrame, batch: BatchRows, snapshot: SnapshotInfo
-) -> Counts:
-    """Counts of a keyed MERGE from which batch keys the table held before it: one join of
-    the batch (one row per key) with the key columns of the parent snapshot."""
-    matched_live = matched_dead = 0
-    if snapshot.parent_id is not None:
-        keys = [resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
-        before = (
-            spark.read.format("iceberg").option("versionAsOf", str(snapshot.parent_id)).load(spec.table.sql)
-            .select(*(F.col(quote(k)) for k in keys))
-        )
-        dead = tombstone(aligned)
-        row = (
-            aligned.select(*(F.col(quote(k)) for k in keys), dead.alias("dead"))
-            .join(before, on=keys, how="left_semi")
-            .agg(
-                F.sum((~F.col("dead")).cast("long")).alias("live"),
-                F.sum(F.col("dead").cast("long")).alias("dead"),
-            )
-            .collect()[0]
-        )
-        matched_live, matched_dead = int(row.live or 0), int(row.dead or 0)
-    return Counts(inserted=batch.rows - matched_live, updated=matched_live, deleted=matched_dead)
+def _matched_keys(spark: SparkSession, spec: WriteSpec, aligned: DataFrame, snapshot: SnapshotInfo) -> tuple[int, int]:
+    """(rows, tombstones) of the batch whose key the parent snapshot held (matched_keys)."""
+    if snapshot.parent_id is None:
+        return 0, 0
+    keys = [resolve_column(spec.table, aligned.schema, k) for k in spec.primary_key]
+    before = spark.read.format("iceberg").option("versionAsOf", str(snapshot.parent_id)).load(spec.table.sql)
+    return matched_keys(aligned, before, keys)
 
 
-def _with_missing_deleted(
-    spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, matched: Counts, snapshots: Snapshots
-) -> Counts:
-    """A delete_missing upsert's counts: the batch's, plus the rows it deleted for lacking their
-    key, from the live rows before and after (after = before + inserted - deleted)."""
+def _rows_removed(spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, rows: int, snapshots: Snapshots) -> int:
+    """The live rows the commit took out, from the live rows before and after it (after =
+    before + the batch's rows - removed)."""
     before = row_count(spark, spec.table, snapshot.parent_id, snapshots) if snapshot.parent_id is not None else 0
-    after = row_count(spark, spec.table, snapshot.snapshot_id, snapshots)
-    return Counts(inserted=matched.inserted, updated=matched.updated, deleted=before + matched.inserted - after)
+    return before + rows - row_count(spark, spec.table, snapshot.snapshot_id, snapshots)
 
 
 def _changed_rows(spark: SparkSession, table: TableRef, snapshot: SnapshotInfo, keys: Sequence[str]) -> Counts:
