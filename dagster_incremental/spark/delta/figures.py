@@ -61,12 +61,12 @@ def _keyed_delete_insert(spark: SparkSession, pending: DeltaCommit, made: Commit
     `touched`: the batch (one row per key) is its second item."""
     from dagster_incremental.spark.statistics import keyed_counts, matched_keys, resolve_column
 
-    matched = (0, 0)
-    if made.version > 0:
+    matched, removed = (0, 0), made.count("numTargetRowsDeleted")
+    if made.version > 0 and removed:  # none removed: the table held none of the batch's keys
         batch = touched[1]
         keys = [resolve_column(pending.table, batch.schema, k) for k in pending.spec.primary_key]
         matched = matched_keys(batch, at_version(spark, pending.table, made.version - 1), keys)
-    counts = keyed_counts(made.count("numTargetRowsInserted"), matched, removed=made.count("numTargetRowsDeleted"))
+    counts = keyed_counts(made.count("numTargetRowsInserted"), matched, removed=removed)
     return counts.inserted, counts.updated, counts.deleted
 
 

@@ -137,7 +137,8 @@ def _counts(
             # it may remove rows no batch row replaces: delete_missing's absent keys, the other
             # copies of a key the table held twice (a delete-insert removes every copy)
             removed = _rows_removed(spark, spec, snapshot, batch.rows, snapshots)
-            return keyed_counts(batch.rows, _matched_keys(spark, spec, aligned, snapshot), removed)
+            matched = _matched_keys(spark, spec, aligned, snapshot) if removed else (0, 0)  # none removed: none held
+            return keyed_counts(batch.rows, matched, removed)
         if not batch.tombstones and not _int(summary, "added-equality-deletes"):
             # An upsert adds live rows for its new keys only (every copy of a key the table held
             # is rewritten, not removed): the live rows it added are inserts. Live = records -
