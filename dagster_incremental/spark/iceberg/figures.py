@@ -13,7 +13,6 @@ from pyspark.sql import functions as F
 from dagster_incremental.spark.iceberg.commit import PendingCommit, snapshots_of, write_options
 from dagster_incremental.spark.iceberg.metadata import live_row_count, provable_row_count
 from dagster_incremental.spark.iceberg.snapshots import SnapshotInfo, Snapshots
-from dagster_incremental.spark.sql import quote
 from dagster_incremental.spark.statistics import (
     BatchRows,
     Counts,
@@ -55,9 +54,9 @@ def commit_result(
     key alone) counts as MERGE does: a batch row whose key was in the table is an update, a
     tombstone whose key was there a delete, the others inserts, and any other row the commit
     removed a delete (a key the table held twice, under delete-insert). "refresh": the table's
-    rows were all replaced (previous_rows deleted). "window" (a window replace): the net change of the
-    window's rows between the parent and our snapshot (see _window_net), whatever the table's
-    write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
+    rows were all replaced (previous_rows deleted). "window" (a window replace): the net change
+    of the window's rows between the parent and our snapshot (see _window_net), whatever the
+    table's write mode (merge-on-read writes delete files for rows it rewrites unchanged). counts:
     already known to the writer (the local merge matched the batch's keys itself).
     """
     snapshots = commit.snapshots(spark)
@@ -137,7 +136,7 @@ def _counts(
             # it may remove rows no batch row replaces: delete_missing's absent keys, the other
             # copies of a key the table held twice (a delete-insert removes every copy)
             removed = _rows_removed(spark, spec, snapshot, batch.rows, snapshots)
-            matched = _matched_keys(spark, spec, aligned, snapshot) if removed else (0, 0)  # none removed: none held
+            matched = _matched_keys(spark, spec, aligned, snapshot) if removed else (0, 0)  # none held
             return keyed_counts(batch.rows, matched, removed)
         if not batch.tombstones and not _int(summary, "added-equality-deletes"):
             # An upsert adds live rows for its new keys only (every copy of a key the table held
@@ -166,7 +165,8 @@ def _counts(
     return Counts(inserted=_int(summary, "added-records"), deleted=_int(summary, "deleted-records"))
 
 
-def _matched_keys(spark: SparkSession, spec: WriteSpec, aligned: DataFrame, snapshot: SnapshotInfo) -> tuple[int, int]:
+def _matched_keys(spark: SparkSession, spec: WriteSpec, aligned: DataFrame,
+                  snapshot: SnapshotInfo) -> tuple[int, int]:
     """(rows, tombstones) of the batch whose key the parent snapshot held (matched_keys)."""
     if snapshot.parent_id is None:
         return 0, 0
@@ -175,7 +175,8 @@ def _matched_keys(spark: SparkSession, spec: WriteSpec, aligned: DataFrame, snap
     return matched_keys(aligned, before, keys)
 
 
-def _rows_removed(spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, rows: int, snapshots: Snapshots) -> int:
+def _rows_removed(spark: SparkSession, spec: WriteSpec, snapshot: SnapshotInfo, rows: int,
+                  snapshots: Snapshots) -> int:
     """The live rows the commit took out, from the live rows before and after it (after =
     before + the batch's rows - removed)."""
     before = row_count(spark, spec.table, snapshot.parent_id, snapshots) if snapshot.parent_id is not None else 0
